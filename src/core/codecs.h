@@ -127,12 +127,13 @@ QMOE_HD float e4m3_to_f32(uint8_t v) {
 }
 // saturate = true: finite values beyond 448 (and +-inf) clamp to +-448 (cuda __NV_SATFINITE).
 // saturate = false: values that round beyond 448 and +-inf become NaN (torch's .to(float8_e4m3fn)
-// and cuda __NV_NOSAT). NaN always maps to NaN (0x7f with sign).
+// and cuda __NV_NOSAT). 464 (the midpoint 448 | 480) ties to even, i.e. to 448. NaN of either sign
+// maps to the canonical 0x7f, as cuda's conversions (host and cvt.rn) do.
 QMOE_HD uint8_t f32_to_e4m3(float f, bool saturate = true) {
   uint32_t u = f32_bits(f);
   uint8_t sign = static_cast<uint8_t>((u >> 24) & 0x80u);
   uint32_t a = u & 0x7fffffffu;
-  if (a > 0x7f800000u) return sign | 0x7fu;
+  if (a > 0x7f800000u) return 0x7fu;
   if (a == 0x7f800000u) return saturate ? (sign | 0x7eu) : (sign | 0x7fu);
   bool ovf;
   uint32_t code = encode_small_float(bits_f32(a), 3, 7, 0x7eu, &ovf);
@@ -143,13 +144,13 @@ QMOE_HD float round_e4m3(float f) { return e4m3_to_f32(f32_to_e4m3(f)); }
 
 // ---- fp8 e5m2: bias 15, 2 mantissa bits, IEEE inf/NaN, max 57344 ----------------------------------
 QMOE_HD float e5m2_to_f32(uint8_t v) { return f16_to_f32(static_cast<uint16_t>(v) << 8); }
-// saturate = true: overflow clamps to +-57344 (inf stays inf? no: SATFINITE clamps inf too).
-// saturate = false: overflow -> +-inf. NaN -> NaN.
+// saturate = true: overflow and +-inf clamp to +-57344 (cuda __NV_SATFINITE clamps inf too).
+// saturate = false: values that round beyond 57344 (>= 61440) -> +-inf. NaN -> canonical 0x7f.
 QMOE_HD uint8_t f32_to_e5m2(float f, bool saturate = true) {
   uint32_t u = f32_bits(f);
   uint8_t sign = static_cast<uint8_t>((u >> 24) & 0x80u);
   uint32_t a = u & 0x7fffffffu;
-  if (a > 0x7f800000u) return sign | 0x7fu;
+  if (a > 0x7f800000u) return 0x7fu;
   if (a == 0x7f800000u) return saturate ? (sign | 0x7bu) : (sign | 0x7cu);
   bool ovf;
   uint32_t code = encode_small_float(bits_f32(a), 2, 15, 0x7bu, &ovf);
@@ -163,6 +164,20 @@ QMOE_HD float e8m0_to_f32(uint8_t e) {
   if (e == 0) return bits_f32(0x00400000u);  // 2^-127 is an f32 subnormal
   return bits_f32(static_cast<uint32_t>(e) << 23);
 }
+// Encodes |f| as a power of two (the sign is dropped, as cuda's cvt.*.ue8m0 does).
+// round_up = false: 2^floor(log2|f|) (cuda cudaRoundZero); round_up = true: 2^ceil(log2|f|)
+// (cudaRoundPosInf). Values below 2^-127 (zero and f32 subnormals) give code 0 = 2^-127 in both
+// modes, except that round_up lifts (2^-127, 2^-126) to 2^-126. Overflow (inf, or round_up of a
+// value above 2^127) is code 0xff (NaN) unless `saturate`, which clamps it to 0xfe = 2^127.
+QMOE_HD uint8_t f32_to_e8m0(float f, bool round_up = false, bool saturate = true) {
+  uint32_t a = f32_bits(f) & 0x7fffffffu;
+  if (a > 0x7f800000u) return 0xffu;
+  uint32_t e = a >> 23;  // the biased f32 exponent is already the e8m0 code of 2^floor(log2|f|)
+  // Any fraction bit means |f| is not a power of two; f32 subnormals only above 2^-127 (0x00400000).
+  if (round_up && (a & 0x7fffffu) != 0 && a > 0x00400000u && a < 0x7f800000u) e++;
+  if (saturate && e == 0xffu) e = 0xfeu;
+  return static_cast<uint8_t>(e);
+}
 
 // ---- e2m1 (fp4): sign bit 3, magnitudes 0, .5, 1, 1.5, 2, 3, 4, 6; no inf / NaN ------------------
 QMOE_HD float e2m1_to_f32(uint8_t v) {
@@ -171,12 +186,13 @@ QMOE_HD float e2m1_to_f32(uint8_t v) {
   return (v & 8u) ? -m : m;
 }
 // RNE with saturation to +-6 (ties to even mantissa: 0.25->0, 0.75->1, 1.25->1, 1.75->2, 2.5->2,
-// 3.5->4, 5->4). NaN encodes as +0 after the caller's clamp would have removed it; we map NaN to 0.
+// 3.5->4, 5->4); +-inf -> +-6. e2m1 has no NaN: NaN of either sign -> +6 (0x7), which is what
+// PTX cvt.rn.satfinite.e2m1x2.f32 and cuda's host __nv_cvt_float_to_fp4 produce.
 QMOE_HD uint8_t f32_to_e2m1(float f) {
   uint32_t u = f32_bits(f);
   uint8_t sign = static_cast<uint8_t>((u >> 28) & 8u);
   float a = bits_f32(u & 0x7fffffffu);
-  if (is_nan_f32(a)) return 0;
+  if (is_nan_f32(a)) return 7;
   uint8_t c;
   if (a <= 0.25f) c = 0;
   else if (a < 0.75f) c = 1;

@@ -26,8 +26,9 @@ class SafetensorsFile {
   // Opens and validates the whole header (see safetensors.cpp for every rule). Throws kBadInput
   // naming the file and the offending tensor.
   static std::shared_ptr<SafetensorsFile> open(const std::string& path);
-  // Parses a header from memory (used by the fuzzer and by open()). `file_size` is the whole
-  // file's size, `header` the bytes after the 8-byte length.
+  // Parses and validates a header from memory (used by the fuzzer and by open()). `bytes` is the
+  // whole file (8-byte length, JSON header, data section) and `size` its size; offsets are checked
+  // against the data section, which is never read. `path` names the file in errors.
   static std::vector<TensorInfo> parse_header(const uint8_t* bytes, size_t size, const std::string& path,
                                               std::map<std::string, std::string>* metadata = nullptr);
 

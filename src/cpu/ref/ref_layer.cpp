@@ -5,6 +5,3 @@ namespace qmoe::detail {
 std::string reference_can_implement(const LayerArgs&) { return "reference not built yet"; }
 std::unique_ptr<MoeLayer> make_reference_layer(LayerArgs) { unsupported("reference missing"); }
 }  // namespace qmoe::detail
-namespace qmoe {
-void ExpertWeights::validate(const std::string&) const {}
-}

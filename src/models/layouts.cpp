@@ -6,7 +6,7 @@
 #include <cstring>
 
 #include "core/codecs.h"
-#include "models/int_packing.h"
+#include "formats/packing.h"
 #include "models/slicing.h"
 
 namespace qmoe::models {
@@ -122,10 +122,10 @@ Tensor u8_to_i8(const Tensor& t) {
 
 // Canonical b-bit codes ([N, K] U8 for b = 8, [N, K/2] nibble pairs for b = 4) <-> one code per byte.
 Tensor codes_from_canonical(const Tensor& w, int bits, int64_t K) {
-  return bits == 4 ? packing::unpack_nibbles(w, K) : w;
+  return bits == 4 ? formats::unpack_nibbles(w, K) : w;
 }
 Tensor codes_to_canonical(const Tensor& codes, int bits) {
-  return bits == 4 ? packing::pack_nibbles(codes) : codes;
+  return bits == 4 ? formats::pack_nibbles(codes) : codes;
 }
 
 bool is_fp8(const MoeScheme& s) { return s.kind == SchemeKind::kFP8W8A8 || s.kind == SchemeKind::kFP8A16; }
@@ -188,12 +188,12 @@ ProjWeights decode_module(const ModuleRef& m, ModuleFormat f, const MoeScheme& s
           bad_input(ti.file, ": tensor ", ti.name, " (", m.what, "): says [", a0, ", ", a1, "], expected [", N, ", ", K, "] (out x in)");
       }
       if (b == 4 && K % 2) unsupported(m.what, ": 4-bit weights with an odd input size ", K);
-      r.weight = add_e(codes_to_canonical(packing::ct_unpack_int32(packed, b, K), b));
+      r.weight = add_e(codes_to_canonical(formats::ct_unpack_int32(packed, b, K), b));
       r.scale = add_e(fetch(ck, p + "weight_scale", k16, {N, ng}, ctx("weight_scale"), G > 0 ? "out x in/group" : "out x 1"));
       if (!scheme.weights.symmetric) {
         Tensor zp = fetch(ck, p + "weight_zero_point", {DType::kI32}, {cdiv(N * b, 32), ng}, ctx("weight_zero_point"),
                           "packed along out");
-        r.zero_point = add_e(packing::ct_unpack_int32_dim0(zp, b, N));
+        r.zero_point = add_e(formats::ct_unpack_int32_dim0(zp, b, N));
       }
       if (ck.has(p + "weight_g_idx"))
         r.g_idx = add_e(fetch(ck, p + "weight_g_idx", {DType::kI32}, {K}, ctx("weight_g_idx")));
@@ -291,11 +291,11 @@ ProjWeights decode_module(const ModuleRef& m, ModuleFormat f, const MoeScheme& s
       if (gptq) {
         if (K % per) bad_input(m.what, ": GPTQ input size ", K, " is not a multiple of ", per);
         Tensor qw = fetch(ck, p + "qweight", {DType::kI32}, {K / per, N}, ctx("qweight"), "in*bits/32 x out");
-        codes = packing::gptq_unpack_qweight(qw, b, K);  // U8 [N, K]
+        codes = formats::gptq_unpack_qweight(qw, b, K);  // U8 [N, K]
       } else {
         if (N % per) bad_input(m.what, ": AWQ output size ", N, " is not a multiple of ", per);
         Tensor qw = fetch(ck, p + "qweight", {DType::kI32}, {K, N / per}, ctx("qweight"), "in x out/8");
-        codes = packing::awq_unpack_qweight(qw, N);  // U8 [N, K]
+        codes = formats::awq_unpack_qweight(qw, N);  // U8 [N, K]
       }
       r.weight = add_e(codes_to_canonical(codes, b));
       Tensor sc = fetch(ck, p + "scales", sd, {ng, N}, ctx("scales"), "groups x out");
@@ -303,7 +303,7 @@ ProjWeights decode_module(const ModuleRef& m, ModuleFormat f, const MoeScheme& s
       if (N % per) bad_input(m.what, ": output size ", N, " is not a multiple of ", per, " (qzeros packing)");
       Tensor qz = fetch(ck, p + "qzeros", {DType::kI32}, {ng, N / per}, ctx("qzeros"), "groups x out*bits/32");
       if (!scheme.weights.symmetric) {
-        Tensor z = gptq ? packing::gptq_unpack_qzeros(qz, b, N) : packing::awq_unpack_qzeros(qz, N);  // U8 [N, ng]
+        Tensor z = gptq ? formats::gptq_unpack_qzeros(qz, b, N) : formats::awq_unpack_qzeros(qz, N);  // U8 [N, ng]
         r.zero_point = add_e(z);
       }
       if (gptq && ck.has(p + "g_idx")) {
@@ -400,12 +400,12 @@ void encode_module(const TensorSink& out, const std::string& prefix, ModuleForma
       break;
     case ModuleFormat::kCtPacked: {
       Tensor codes = codes_from_canonical(rows_of(pw.weight, e, r0, r1), b, K);
-      out(p + "weight_packed", packing::ct_pack_int32(codes, b));
+      out(p + "weight_packed", formats::ct_pack_int32(codes, b));
       out(p + "weight_scale", rows_of(pw.scale, e, r0, r1));
       Tensor ws(DType::kI64, {2});
       ws.data_mut<int64_t>()[0] = N, ws.data_mut<int64_t>()[1] = K;
       out(p + "weight_shape", ws);
-      if (pw.zero_point.defined()) out(p + "weight_zero_point", packing::ct_pack_int32_dim0(rows_of(pw.zero_point, e, r0, r1), b));
+      if (pw.zero_point.defined()) out(p + "weight_zero_point", formats::ct_pack_int32_dim0(rows_of(pw.zero_point, e, r0, r1), b));
       if (pw.g_idx.defined()) out(p + "weight_g_idx", pw.g_idx.slice0(e, e + 1).reshape({K}).clone());
       break;
     }
@@ -463,16 +463,16 @@ void encode_module(const TensorSink& out, const std::string& prefix, ModuleForma
       }
       out(p + "scales", transpose_last2(rows_of(pw.scale, e, r0, r1)));
       if (f == ModuleFormat::kGptq) {
-        out(p + "qweight", packing::gptq_pack_qweight(codes, b));
-        out(p + "qzeros", packing::gptq_pack_qzeros(zp, b));
+        out(p + "qweight", formats::gptq_pack_qweight(codes, b));
+        out(p + "qzeros", formats::gptq_pack_qzeros(zp, b));
         Tensor gi(DType::kI32, {K});
         for (int64_t k = 0; k < K; ++k)
           gi.data_mut<int32_t>()[k] = pw.g_idx.defined() ? pw.g_idx.data<int32_t>()[e * K + k]
                                                           : static_cast<int32_t>(G > 0 ? k / G : 0);
         out(p + "g_idx", gi);
       } else {
-        out(p + "qweight", packing::awq_pack_qweight(codes));
-        out(p + "qzeros", packing::awq_pack_qzeros(zp));
+        out(p + "qweight", formats::awq_pack_qweight(codes));
+        out(p + "qzeros", formats::awq_pack_qzeros(zp));
       }
       break;
     }

@@ -83,12 +83,14 @@ TpConstraint tp_constraint(const ExpertWeights& w) {
     case SchemeKind::kFP8W8A8: case SchemeKind::kFP8A16: what = "fp8"; break;
     default: what = "int"; break;
   }
-  if (packed4(w.w2, w.intermediate)) need(2, "4-bit weights packed two per byte");
+  const bool four = w.w2.weight.defined() ? packed4(w.w2, w.intermediate)
+                                          : w.scheme.kind != SchemeKind::kUnquantized && w.scheme.weights.num_bits == 4;
+  if (four) need(2, "4-bit weights packed two per byte");
   if (w.block[0] > 0) {
     need(w.block[0], str("fp8 block ", w.block[0], "x", w.block[1], " (w13 rows)"));
     need(w.block[1], str("fp8 block ", w.block[0], "x", w.block[1]));
   }
-  bool actorder_w2 = w.w2.g_idx.defined();
+  bool actorder_w2 = w.w2.g_idx.defined() || w.scheme.weights.actorder == ActOrder::kGroup;
   if (w.group_size > 0 && !actorder_w2) need(w.group_size, str(what, " group ", w.group_size));
   return c;
 }

@@ -121,9 +121,9 @@ void check_format(const ProjFormat& f, int64_t E, int64_t N, int64_t K) {
                      f.fp8_strategy == Strategy::kBlock, kBadInput,
                  "quantize_proj: fp8 strategy must be tensor, channel or block");
       if (f.fp8_strategy == Strategy::kBlock)
-        QMOE_CHECK(f.block[0] > 0 && f.block[1] > 0 && (N / f.shards) % f.block[0] == 0, kBadInput,
+        QMOE_CHECK(f.block[0] > 0 && f.block[1] > 0 && (f.shards == 1 || (N / f.shards) % f.block[0] == 0), kBadInput,
                    "quantize_proj: fp8 block [", f.block[0], ", ", f.block[1], "] must be positive and divide the ",
-                   N / f.shards, " rows of a shard");
+                   N / f.shards, " rows of each w13 shard");
       break;
     case ProjFormat::Kind::kNVFP4: case ProjFormat::Kind::kMXFP4:
       QMOE_CHECK(K % 2 == 0, kBadInput, "quantize_proj: fp4 needs an even K, got ", K);

@@ -1,7 +1,405 @@
-// PLACEHOLDER owned by the CPU-kernels work (issue 6): replaced by the SIMD backend.
+// The CPU backend's MoeLayer: prepare (pack_proj) once, then per forward:
+//   route (src/routing) -> group the (token, slot) pairs by local expert, in flat order (the
+//   align contract without block padding) -> quantize GEMM1 inputs -> GEMM1 + activation per
+//   (expert, 32-row pair of gate/up) job -> quantize h -> GEMM2 per (expert, 32-row) job ->
+//   reduce each token's slots in increasing local-expert order (the reference's order), add the
+//   shared expert, round once. Jobs run under OpenMP (dynamic schedule); kernels come from the ISA
+//   chosen at layer creation (cpu_isa.h).
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <omp.h>
+
+#include "core/codecs.h"
+#include "cpu/cpu_kernels.h"
+#include "cpu/ref/reference.h"
 #include "dispatch/backends.h"
 
+namespace qmoe::cpu {
+namespace {
+
+float round_act(DType dt, float v) {
+  switch (dt) {
+    case DType::kBF16: return codec::round_bf16(v);
+    case DType::kF16: return codec::round_f16(v);
+    default: return v;
+  }
+}
+
+bool quantized_acts(ActQuant a) { return a != ActQuant::kNone; }
+
+// Per-thread scratch, grown on demand.
+struct Scratch {
+  std::vector<AlignedBytes> bufs;
+  float* get(size_t floats) {
+    int t = omp_get_thread_num();
+    AlignedBytes& b = bufs[size_t(t)];
+    if (b.n < floats * 4) b.alloc(floats * 4);
+    return reinterpret_cast<float*>(b.data());
+  }
+  void ensure_threads() {
+    size_t n = size_t(omp_get_max_threads());
+    if (bufs.size() < n) bufs.resize(n);
+  }
+};
+
+// One set of experts (the routed ones, or the shared expert as E = 1) prepared for the kernels.
+struct ExpertSet {
+  PackedProj w13, w2;
+  int E = 0, H = 0, I = 0;
+  DType act_dtype = DType::kBF16;
+  ActQuant aq = ActQuant::kNone;
+  RowQuant rq = RowQuant::kBF16;
+  ActFmt fmt = ActFmt::kBF16;
+  std::string key;
+
+  void init(const ExpertWeights& w) {
+    E = w.num_experts;
+    H = w.hidden;
+    I = w.intermediate;
+    act_dtype = w.act_dtype;
+    aq = w.scheme.act;
+    w13 = pack_proj(w, w.w13, true);
+    w2 = pack_proj(w, w.w2, false);
+    switch (aq) {
+      case ActQuant::kNone:
+        // 16-bit activations: bf16 values feed bf16 dot products exactly; fp16 / f32 stay fp32.
+        rq = act_dtype == DType::kBF16 ? RowQuant::kBF16 : RowQuant::kF32;
+        fmt = act_dtype == DType::kBF16 ? ActFmt::kBF16 : ActFmt::kF32;
+        break;
+      case ActQuant::kFP8Tensor: rq = RowQuant::kFp8Static; fmt = ActFmt::kBF16; break;
+      case ActQuant::kFP8Token: rq = RowQuant::kFp8Token; fmt = ActFmt::kBF16; break;
+      case ActQuant::kFP8Group128: rq = RowQuant::kFp8Group; fmt = ActFmt::kBF16; break;
+      case ActQuant::kINT8Token: rq = RowQuant::kInt8Token; fmt = ActFmt::kS8; break;
+      case ActQuant::kNVFP4: rq = RowQuant::kNVFP4; fmt = ActFmt::kBF16; break;
+    }
+    key = w.scheme.key();
+  }
+
+  // Static activation parameter of expert e for a projection: the larger shard scale (as the reference).
+  static float static_of(const PackedProj& p, int e) {
+    float s = 0.f;
+    for (int i = 0; i < p.input_shards; ++i) s = std::max(s, p.input_scale[size_t(e) * p.input_shards + i]);
+    return s;
+  }
+
+  QuantRowArgs row_args(const PackedProj& p, int e) const {
+    QuantRowArgs q;
+    q.q = rq;
+    if (rq == RowQuant::kFp8Static) q.static_scale = static_of(p, e);
+    if (rq == RowQuant::kNVFP4) q.static_scale = 1.f / static_of(p, e);  // G = 1.f / A
+    return q;
+  }
+  // NVFP4 W4A4 epilogue factor (1.f / G), else 1.
+  float extra_of(const PackedProj& p, int e) const {
+    if (rq != RowQuant::kNVFP4) return 1.f;
+    const float G = 1.f / static_of(p, e);
+    return 1.f / G;
+  }
+
+  void setup_act(ActBuf& a, const PackedProj& p, int rows, int ld) const {
+    a.alloc(fmt, rows, ld);
+    a.row_scale.assign(quantized_acts(aq) && rq != RowQuant::kNVFP4 ? size_t(rows) : 0, 1.f);
+    a.group_scale.clear();
+    a.group_sum.clear();
+    a.group = 0;
+    a.num_groups = 0;
+    if (rq == RowQuant::kFp8Group) {
+      a.group = 128;
+      a.num_groups = int((p.k + 127) / 128);
+      a.group_scale.assign(size_t(rows) * a.num_groups, 1.f);
+    } else if (rq == RowQuant::kInt8Token) {
+      a.group = p.group > 0 && p.gidx.empty() ? p.group : ld;
+      a.num_groups = int((ld + a.group - 1) / a.group);
+      a.group_sum.assign(size_t(rows) * a.num_groups, 0);
+    }
+  }
+};
+
+struct Routed {
+  std::vector<int> off;       // [E + 1] position ranges per local expert
+  std::vector<int> tok;       // [npos] token of each position
+  std::vector<float> in_w;    // [npos] input multiplier (Llama 4) or empty
+  int npos = 0;
+};
+
+class CpuLayer final : public MoeLayer {
+ public:
+  explicit CpuLayer(qmoe::detail::LayerArgs a) : cfg_(std::move(a.cfg)), router_bias_(std::move(a.router_bias)) {
+    isa_ = cpu_isa();
+    kn_ = &kernels_for(isa_);
+    experts_.init(a.weights);
+    if (a.shared) {
+      shared_ = std::make_unique<ExpertSet>();
+      shared_->init(*a.shared);
+    }
+    num_global_ = cfg_.num_experts > 0 ? cfg_.num_experts : experts_.E;
+  }
+
+  Tensor forward(const Tensor& x, const Tensor& router_logits) override {
+    QMOE_CHECK(router_logits.defined() && router_logits.dim() == 2 && router_logits.size(1) == cfg_.num_experts &&
+                   x.defined() && x.dim() == 2 && router_logits.size(0) == x.size(0),
+               kBadInput, "cpu forward: router_logits must be [M, ", cfg_.num_experts, "] with M = rows of x, got ",
+               router_logits.defined() ? shape_str(router_logits.shape()) : "absent");
+    RoutingResult r = route(router_logits, cfg_.router, router_bias_);
+    return forward_routed(x, r.topk_weights, r.topk_ids);
+  }
+
+  Tensor forward_routed(const Tensor& x, const Tensor& topk_weights, const Tensor& topk_ids) override;
+  Backend backend() const override { return Backend::kCpu; }
+  std::string method_name() const override { return std::string("cpu/") + isa_name(isa_) + "/" + experts_.key; }
+
+ private:
+  // o [npos][rows_pad of w2] fp32 = expert outputs (unweighted) for the positions of `r`.
+  void run_experts(ExpertSet& s, const float* xf, const Routed& r, std::vector<float>& o);
+
+  MoeConfig cfg_;
+  Tensor router_bias_;
+  Isa isa_ = Isa::kScalar;
+  const Kernels* kn_ = nullptr;
+  ExpertSet experts_;
+  std::unique_ptr<ExpertSet> shared_;
+  int num_global_ = 0;
+  // workspace, reused across calls
+  ActBuf a1_, a2_;
+  std::vector<float> h_, o_, osh_, xf_;
+  Scratch scratch_;
+};
+
+void CpuLayer::run_experts(ExpertSet& s, const float* xf, const Routed& r, std::vector<float>& o) {
+  const int H = s.H, I = s.I, npos = r.npos;
+  const PackedProj &w13 = s.w13, &w2 = s.w2;
+  const int ld1 = w13.k_pad, ld2 = w13.shard_pad;  // A2 columns = padded I (>= w2.k_pad)
+  s.setup_act(a1_, w13, npos, ld1);
+  s.setup_act(a2_, w2, npos, ld2);
+  h_.assign(size_t(npos) * ld2, 0.f);
+  o.resize(size_t(npos) * w2.rows_pad);
+  scratch_.ensure_threads();
+  const int E = s.E;
+  std::vector<int> epos(static_cast<size_t>(npos));
+  for (int e = 0; e < E; ++e)
+    for (int p = r.off[e]; p < r.off[e + 1]; ++p) epos[size_t(p)] = e;
+
+  // 1. GEMM1 inputs (Llama 4: a = round_act(x * w)), quantized per the scheme.
+#pragma omp parallel for schedule(static)
+  for (int p = 0; p < npos; ++p) {
+    float* xv = scratch_.get(size_t(H) * 2 + 64);
+    const float* xr = xf + size_t(r.tok[size_t(p)]) * H;
+    if (!r.in_w.empty()) {
+      const float wgt = r.in_w[size_t(p)];
+      for (int c = 0; c < H; ++c) xv[c] = round_act(s.act_dtype, xr[c] * wgt);
+    } else {
+      std::memcpy(xv, xr, size_t(H) * 4);
+    }
+    QuantRowArgs q = s.row_args(w13, epos[size_t(p)]);
+    q.scratch = xv + H + 16;
+    kn_->quant_row(xv, H, q, a1_, p);
+  }
+
+  // 2. GEMM1 + activation: job = (expert, pair j of gate rows) with the matching up rows.
+  struct Job { int e, j; };
+  std::vector<Job> jobs;
+  const int pairs13 = w13.shard_pad / kJobRows;
+  for (int e = 0; e < E; ++e)
+    if (r.off[e + 1] > r.off[e])
+      for (int j = 0; j < pairs13; ++j) jobs.push_back({e, j});
+  int max_t = 0;
+  for (int e = 0; e < E; ++e) max_t = std::max(max_t, r.off[e + 1] - r.off[e]);
+  const size_t scr13 = gemm_scratch_floats(w13, max_t) + size_t(max_t) * kJobRows * 2 + 64;
+  const Activation act = cfg_.activation;
+#pragma omp parallel for schedule(dynamic, 1)
+  for (size_t ji = 0; ji < jobs.size(); ++ji) {
+    const auto [e, j] = jobs[ji];
+    const int p0 = r.off[e], T = r.off[e + 1] - p0;
+    float* scr = scratch_.get(scr13);
+    float* g = scr + gemm_scratch_floats(w13, T);
+    float* u = g + size_t(T) * kJobRows;
+    GemmJob jb;
+    jb.w = &w13; jb.e = e; jb.a = &a1_; jb.row0 = p0; jb.nrows = T; jb.ldo = kJobRows;
+    jb.scratch = scr;
+    jb.extra = s.extra_of(w13, e);
+    jb.pair = j; jb.out = g;
+    kn_->gemm(jb);
+    jb.pair = pairs13 + j; jb.out = u;
+    kn_->gemm(jb);
+    const int c_end = std::min(kJobRows, I - j * kJobRows);
+    for (int t = 0; t < T; ++t) {
+      float* hr = h_.data() + size_t(p0 + t) * ld2 + j * kJobRows;
+      for (int c = 0; c < c_end; ++c)
+        hr[c] = round_act(s.act_dtype, ref::apply_activation(act, g[t * kJobRows + c], u[t * kJobRows + c]));
+    }
+  }
+
+  // 3. GEMM2 inputs.
+#pragma omp parallel for schedule(static)
+  for (int p = 0; p < npos; ++p) {
+    float* tmp = scratch_.get(size_t(ld2) + 64);
+    QuantRowArgs q = s.row_args(w2, epos[size_t(p)]);
+    q.scratch = tmp;
+    kn_->quant_row(h_.data() + size_t(p) * ld2, I, q, a2_, p);
+  }
+
+  // 4. GEMM2: job = (expert, 32 rows of H).
+  jobs.clear();
+  const int pairs2 = w2.rows_pad / kJobRows;
+  for (int e = 0; e < E; ++e)
+    if (r.off[e + 1] > r.off[e])
+      for (int j = 0; j < pairs2; ++j) jobs.push_back({e, j});
+  const size_t scr2 = gemm_scratch_floats(w2, max_t);
+#pragma omp parallel for schedule(dynamic, 1)
+  for (size_t ji = 0; ji < jobs.size(); ++ji) {
+    const auto [e, j] = jobs[ji];
+    const int p0 = r.off[e], T = r.off[e + 1] - p0;
+    GemmJob jb;
+    jb.w = &w2; jb.e = e; jb.a = &a2_; jb.row0 = p0; jb.nrows = T;
+    jb.pair = j; jb.out = o.data() + size_t(p0) * w2.rows_pad + j * kJobRows; jb.ldo = w2.rows_pad;
+    jb.scratch = scratch_.get(scr2);
+    jb.extra = s.extra_of(w2, e);
+    kn_->gemm(jb);
+  }
+}
+
+Tensor CpuLayer::forward_routed(const Tensor& x, const Tensor& topk_weights, const Tensor& topk_ids) {
+  const ExpertSet& s = experts_;
+  const int H = s.H;
+  QMOE_CHECK(x.defined() && x.dim() == 2 && x.size(1) == H && x.dtype() == s.act_dtype, kBadInput,
+             "cpu forward: x must be ", dtype_name(s.act_dtype), " [M, ", H, "], got ",
+             x.defined() ? dtype_name(x.dtype()) : "absent", " ", x.defined() ? shape_str(x.shape()) : "");
+  const int M = int(x.size(0));
+  QMOE_CHECK(topk_weights.defined() && topk_ids.defined() && topk_weights.dtype() == DType::kF32 &&
+                 topk_ids.dtype() == DType::kI32 && topk_weights.dim() == 2 && topk_weights.shape() == topk_ids.shape() &&
+                 topk_weights.size(0) == M,
+             kBadInput, "cpu forward: expected topk_weights F32 [", M, ", k] and topk_ids I32 [", M, ", k]");
+  const int K = int(topk_ids.size(1));
+  const bool on_input = cfg_.router.apply_router_weight_on_input;
+  const int32_t* ids = topk_ids.data<int32_t>();
+  const float* tw = topk_weights.data<float>();
+
+  // Group slots by local expert (stable: increasing flat index within an expert).
+  std::vector<int32_t> local(size_t(M) * K);
+  Routed r;
+  r.off.assign(size_t(s.E) + 1, 0);
+  for (int64_t i = 0; i < int64_t(M) * K; ++i) {
+    const int32_t g = ids[i];
+    QMOE_CHECK(g >= 0 && g < num_global_, kBadInput, "cpu forward: topk_ids[", i / K, ", ", i % K, "] = ", g,
+               " outside [0, ", num_global_, ")");
+    const int32_t l = cfg_.expert_map.empty() ? g : cfg_.expert_map[size_t(g)];
+    QMOE_CHECK(l < s.E, kBadInput, "cpu forward: expert_map[", g, "] = ", l, " but only ", s.E, " local experts");
+    local[size_t(i)] = l;
+    if (l >= 0) r.off[size_t(l) + 1]++;
+  }
+  for (int e = 0; e < s.E; ++e) r.off[size_t(e) + 1] += r.off[size_t(e)];
+  r.npos = r.off[size_t(s.E)];
+  r.tok.resize(size_t(r.npos));
+  if (on_input) r.in_w.resize(size_t(r.npos));
+  std::vector<int> pos_of(size_t(M) * K, -1);
+  {
+    std::vector<int> fill(r.off.begin(), r.off.end() - 1);
+    for (int64_t i = 0; i < int64_t(M) * K; ++i) {
+      const int l = local[size_t(i)];
+      if (l < 0) continue;
+      const int p = fill[size_t(l)]++;
+      r.tok[size_t(p)] = int(i / K);
+      if (on_input) r.in_w[size_t(p)] = tw[i];
+      pos_of[size_t(i)] = p;
+    }
+  }
+
+  xf_.resize(size_t(M) * H);
+  const uint16_t* xh = x.data<uint16_t>();
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < int64_t(M) * H; ++i)
+    xf_[size_t(i)] = s.act_dtype == DType::kBF16  ? codec::bf16_to_f32(xh[i])
+                     : s.act_dtype == DType::kF16 ? codec::f16_to_f32(xh[i])
+                                                  : x.data<float>()[i];
+
+  if (r.npos > 0) run_experts(experts_, xf_.data(), r, o_);
+  const int ldo = experts_.w2.rows_pad;
+  if (shared_) {
+    Routed rs;
+    rs.off = {0, M};
+    rs.tok.resize(size_t(M));
+    std::iota(rs.tok.begin(), rs.tok.end(), 0);
+    rs.npos = M;
+    run_experts(*shared_, xf_.data(), rs, osh_);
+  }
+  const int ldsh = shared_ ? shared_->w2.rows_pad : 0;
+
+  Tensor out(s.act_dtype, {M, H});
+  uint16_t* o16 = s.act_dtype == DType::kF32 ? nullptr : out.data_mut<uint16_t>();
+  float* o32 = s.act_dtype == DType::kF32 ? out.data_mut<float>() : nullptr;
+#pragma omp parallel
+  {
+    std::vector<float> y(static_cast<size_t>(H));
+    std::vector<std::pair<int, int>> slots(static_cast<size_t>(K));
+#pragma omp for schedule(static)
+    for (int t = 0; t < M; ++t) {
+      std::fill(y.begin(), y.end(), 0.f);
+      // the reference adds experts in increasing local id
+      int ns = 0;
+      for (int j = 0; j < K; ++j) {
+        const size_t i = size_t(t) * K + j;
+        if (pos_of[i] >= 0) slots[size_t(ns++)] = {local[i], j};
+      }
+      std::sort(slots.begin(), slots.begin() + ns);
+      for (int q = 0; q < ns; ++q) {
+        const size_t i = size_t(t) * K + size_t(slots[size_t(q)].second);
+        const float wt = on_input ? 1.f : tw[i];
+        const float* orow = o_.data() + size_t(pos_of[i]) * ldo;
+        for (int c = 0; c < H; ++c) y[size_t(c)] += wt * orow[c];
+      }
+      if (shared_) {
+        const float* srow = osh_.data() + size_t(t) * ldsh;
+        for (int c = 0; c < H; ++c) y[size_t(c)] += srow[c];
+      }
+      for (int c = 0; c < H; ++c) {
+        const size_t oi = size_t(t) * H + c;
+        if (o32) o32[oi] = y[size_t(c)];
+        else o16[oi] = s.act_dtype == DType::kBF16 ? codec::f32_to_bf16(y[size_t(c)]) : codec::f32_to_f16(y[size_t(c)]);
+      }
+    }
+  }
+  return out;
+}
+
+// Why the CPU kernels cannot run one expert set ("" = they can).
+std::string set_can_implement(const ExpertWeights& w, const char* what) {
+  const SchemeKind k = w.scheme.kind;
+  const bool s8 = k == SchemeKind::kINT8W8A8 || k == SchemeKind::kW4A8INT8;
+  if ((s8 || k == SchemeKind::kW4A8FP8) && (w.w13.g_idx.defined() || w.w2.g_idx.defined()))
+    return str(what, ": scheme ", w.scheme.key(), " with g_idx (actorder) has no exact integer product form");
+  if (k == SchemeKind::kFP8W8A8 && w.scheme.act == ActQuant::kFP8Group128 &&
+      w.scheme.weights.strat() == Strategy::kBlock && w.block[1] != 128)
+    return str(what, ": fp8 1x128 activation groups need 128-wide weight blocks along K, got ", w.block[1]);
+  if (s8 && !w.scheme.weights.symmetric)
+    return str(what, ": int8-activation schemes need symmetric weights (got asymmetric ", w.scheme.key(), ")");
+  return "";
+}
+
+}  // namespace
+
+const Kernels& kernels_for(Isa isa) {
+  static const Kernels k[3] = {{scalar::gemm, scalar::quant_row, "scalar"},
+                               {avx2::gemm, avx2::quant_row, "avx2"},
+                               {avx512::gemm, avx512::quant_row, "avx512"}};
+  return k[static_cast<int>(isa)];
+}
+
+}  // namespace qmoe::cpu
+
 namespace qmoe::detail {
-std::string cpu_can_implement(const LayerArgs&) { return "the CPU SIMD backend is not built in this revision"; }
-std::unique_ptr<MoeLayer> make_cpu_layer(LayerArgs) { unsupported("CPU SIMD backend missing"); }
+
+std::string cpu_can_implement(const LayerArgs& a) {
+  // The routing / EP / shared-expert contract is the reference's; the kernels add their own limits.
+  std::string why = reference_can_implement(a);
+  if (!why.empty()) return why;
+  why = cpu::set_can_implement(a.weights, "routed experts");
+  if (!why.empty()) return why;
+  if (a.shared) why = cpu::set_can_implement(*a.shared, "shared expert");
+  return why;
+}
+
+std::unique_ptr<MoeLayer> make_cpu_layer(LayerArgs a) { return std::make_unique<cpu::CpuLayer>(std::move(a)); }
+
 }  // namespace qmoe::detail

@@ -1,0 +1,66 @@
+// The CPU kernel entry points, one set per ISA build (cpu_kernels_{scalar,avx2,avx512}.cpp).
+// A GemmJob computes one panel pair (32 output rows) of one expert for a run of activation rows:
+//   out[i][c] = (sum_k w[row, k] * a[row0 + i, k]) * rowscale[row] * a.row_scale[i] * extra + bias[row]
+// with row = 32 * pair + c, group scales applied per K group as the numerics contract orders them.
+// Activation quantizers turn fp32 rows (already rounded to the activation dtype) into the kernels'
+// activation formats, bit-identically to docs/numerics.md.
+#pragma once
+#include <cstdint>
+
+#include "cpu/cpu_isa.h"
+#include "cpu/cpu_pack.h"
+
+namespace qmoe::cpu {
+
+struct GemmJob {
+  const PackedProj* w = nullptr;
+  int e = 0;         // local expert
+  int pair = 0;      // panels 2*pair, 2*pair + 1
+  const ActBuf* a = nullptr;
+  int row0 = 0, nrows = 0;
+  float* out = nullptr;  // [nrows][ldo], columns [0, 32) written
+  int ldo = 0;
+  float extra = 1.f;
+  float* scratch = nullptr;  // gemm_scratch_floats(*w, nrows) floats, 64-byte aligned, per thread
+};
+
+// Scratch a GemmJob needs (the ISA files allocate nothing: no std templates are instantiated with
+// ISA flags, so the linker can never pick an AVX-512 copy of a shared inline function).
+inline size_t gemm_scratch_floats(const PackedProj& w, int nrows) {
+  return size_t(w.k_pad) * kPanelRows + size_t(nrows) * kJobRows * 2 + 64 * 1024;
+}
+
+// How one activation row is quantized (docs/numerics.md "Activation quantization").
+enum class RowQuant : uint8_t {
+  kBF16,      // exact copy of bf16-rounded values (fmt kBF16)
+  kF32,       // copy (fmt kF32)
+  kFp8Token,  // dynamic per-token e4m3; values stored as bf16, row_scale = s
+  kFp8Group,  // dynamic per 1 x group e4m3; group_scale[g] = s_g
+  kFp8Static, // e4m3 with the given static scale; row_scale = s
+  kInt8Token, // dynamic per-token int8 (fmt kS8); row_scale = s; group sums per weight group
+  kNVFP4,     // e2m1 * e4m3 block scale stored as bf16 (exact); global handled by the caller
+};
+
+struct QuantRowArgs {
+  RowQuant q = RowQuant::kBF16;
+  float static_scale = 1.f;  // kFp8Static: s; kNVFP4: G (the input "global scale" = 1/A)
+  float* scratch = nullptr;  // >= n floats
+};
+
+// Quantizes x[0, n) into row i of `a` (columns [n, a.ld) zeroed). a.group / a.num_groups give the
+// fp8 group size or the int8 sum groups.
+using QuantRowFn = void (*)(const float* x, int n, const QuantRowArgs& q, ActBuf& a, int i);
+using GemmFn = void (*)(const GemmJob& j);
+
+struct Kernels {
+  GemmFn gemm;
+  QuantRowFn quant_row;
+  const char* name;
+};
+const Kernels& kernels_for(Isa isa);
+
+namespace scalar { void gemm(const GemmJob&); void quant_row(const float*, int, const QuantRowArgs&, ActBuf&, int); }
+namespace avx2 { void gemm(const GemmJob&); void quant_row(const float*, int, const QuantRowArgs&, ActBuf&, int); }
+namespace avx512 { void gemm(const GemmJob&); void quant_row(const float*, int, const QuantRowArgs&, ActBuf&, int); }
+
+}  // namespace qmoe::cpu

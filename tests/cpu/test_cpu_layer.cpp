@@ -1,0 +1,306 @@
+// The CPU backend (src/cpu) against the reference (src/cpu/ref) and the tests' float64 model
+// (tests/ref/oracle.h), for every scheme, on every ISA path this CPU runs (forced with
+// cpu::set_cpu_isa, as QMOE_CPU_ISA does), odd sizes (rows and K not multiples of the 32-row jobs
+// and 8-wide K units), and the MoE edge cases. Every output element is checked.
+// Tolerance: oracle::layer gives, per element, a rigorous bound on how far any fp32 evaluation of
+// the numerics contract can be from the float64 value, whatever its summation order, including the
+// act-dtype rounding of h and the activation quantization resolving differently (its comments
+// derive each term). The CPU kernels are such an evaluation (they only reorder sums, factor group
+// scales out of exact products, and fold e4m3 block scales into exact bf16 values), so
+// |cpu - oracle| <= tol and, as the reference obeys the same bound, |cpu - ref| <= 2 tol.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include "common/tensor_check.h"
+#include "cpu/cpu_isa.h"
+#include "cpu/ref/quantize.h"
+#include "ref/oracle.h"
+
+namespace qmoe {
+namespace {
+
+using ref::SchemeSpec;
+
+std::vector<cpu::Isa> isas() {
+  std::vector<cpu::Isa> r;
+  for (cpu::Isa i : {cpu::Isa::kScalar, cpu::Isa::kAvx2, cpu::Isa::kAvx512})
+    if (cpu::isa_supported(i)) r.push_back(i);
+  return r;
+}
+
+struct IsaGuard {
+  explicit IsaGuard(cpu::Isa i) { cpu::set_cpu_isa(i); }
+  ~IsaGuard() { cpu::set_cpu_isa(std::nullopt); }
+};
+
+struct Case {
+  std::string name;
+  SchemeSpec spec;
+  int H, I;
+  Activation act = Activation::kSiluMul;
+};
+
+SchemeSpec spec_of(SchemeKind k) {
+  SchemeSpec s;
+  s.kind = k;
+  return s;
+}
+
+// H and I avoid multiples of 32 where the scheme allows it (padding of rows and K).
+std::vector<Case> all_cases() {
+  std::vector<Case> c;
+  auto add = [&](std::string name, SchemeSpec s, int H, int I, Activation a = Activation::kSiluMul) {
+    c.push_back({std::move(name), s, H, I, a});
+  };
+  SchemeSpec s = spec_of(SchemeKind::kUnquantized);
+  add("bf16", s, 90, 50);
+  s.weight_dtype = DType::kF16, s.act_dtype = DType::kF16;
+  add("fp16", s, 82, 46, Activation::kGeluMul);
+  s.weight_dtype = DType::kF32, s.act_dtype = DType::kF32;
+  add("f32", s, 66, 38, Activation::kSwigluOai);
+  s = spec_of(SchemeKind::kUnquantized);
+  s.weight_dtype = DType::kF32;
+  add("f32_weights_bf16_acts", s, 70, 40);
+
+  s = spec_of(SchemeKind::kWNA16);
+  s.bits = 4, s.group_size = 32;
+  add("wna16_int4_g32_sym", s, 96, 80);
+  s.group_size = 128;
+  add("wna16_int4_g128_sym", s, 256, 72);
+  s.symmetric = false, s.group_size = 64, s.scale_dtype = DType::kF16;
+  add("wna16_int4_g64_asym_f16scale", s, 192, 48);
+  s.act_dtype = DType::kF16;
+  add("wna16_int4_g64_asym_f16act", s, 128, 48);
+  s = spec_of(SchemeKind::kWNA16);
+  s.bits = 4, s.group_size = 32, s.actorder = true;
+  add("wna16_int4_g32_actorder", s, 96, 64);
+  s.symmetric = false;
+  add("wna16_int4_g32_asym_actorder", s, 96, 64, Activation::kGeluMul);
+  s = spec_of(SchemeKind::kWNA16);
+  s.bits = 4, s.group_size = 0, s.symmetric = false;
+  add("wna16_int4_channel_asym", s, 86, 42);
+  s = spec_of(SchemeKind::kWNA16);
+  s.bits = 8, s.group_size = 0, s.scale_dtype = DType::kF32;
+  add("wna16_int8_channel_sym", s, 86, 70);
+  s.group_size = 32, s.symmetric = false, s.scale_dtype = DType::kBF16;
+  add("wna16_int8_g32_asym", s, 96, 48);
+
+  s = spec_of(SchemeKind::kFP8W8A8);
+  s.fp8_strategy = Strategy::kTensor, s.act = ActQuant::kFP8Tensor;
+  add("fp8_tensor_static", s, 90, 50);
+  s.act = ActQuant::kFP8Token;
+  add("fp8_tensor_token", s, 82, 70);
+  s.fp8_strategy = Strategy::kChannel;
+  add("fp8_channel_token", s, 90, 50);
+  s.act = ActQuant::kFP8Group128, s.scale_dtype = DType::kF32;
+  add("fp8_channel_group128", s, 300, 50);
+  s.fp8_strategy = Strategy::kBlock, s.block = {128, 128};
+  add("fp8_block128_group128", s, 300, 128);
+  s.block = {16, 32}, s.act = ActQuant::kFP8Token;
+  add("fp8_block16x32_token", s, 80, 48, Activation::kGeluMul);
+  s = spec_of(SchemeKind::kFP8A16);
+  s.fp8_strategy = Strategy::kChannel;
+  add("fp8a16_channel", s, 90, 50);
+  s.fp8_strategy = Strategy::kBlock, s.block = {128, 128};
+  add("fp8a16_block128", s, 200, 128);
+
+  s = spec_of(SchemeKind::kINT8W8A8);
+  add("int8_w8a8", s, 90, 70);
+  s = spec_of(SchemeKind::kW4A8FP8);
+  s.group_size = 32;
+  add("w4a8_fp8_g32", s, 96, 50);
+  s = spec_of(SchemeKind::kW4A8INT8);
+  s.group_size = 32;
+  add("w4a8_int8_g32", s, 160, 72);
+  s.group_size = 128;
+  add("w4a8_int8_g128", s, 256, 46);
+
+  add("nvfp4_w4a4", spec_of(SchemeKind::kNVFP4), 80, 72);
+  add("nvfp4_w4a4_odd", spec_of(SchemeKind::kNVFP4), 88, 40);
+  add("nvfp4a16", spec_of(SchemeKind::kNVFP4A16), 80, 50);
+  s = spec_of(SchemeKind::kMXFP4A16);
+  s.bias = true;
+  add("mxfp4a16_swigluoai_bias", s, 96, 72, Activation::kSwigluOai);
+  s.bias = false;
+  add("mxfp4a16_silu", s, 160, 48);
+  return c;
+}
+
+// k distinct experts per token, weights in (0.1, 1).
+void random_routing(int64_t M, int k, int E, uint64_t seed, Tensor& w, Tensor& ids) {
+  w = Tensor(DType::kF32, {M, k});
+  ids = Tensor(DType::kI32, {M, k});
+  std::mt19937_64 rng(seed);
+  for (int64_t t = 0; t < M; ++t) {
+    std::vector<int> perm(E);
+    for (int i = 0; i < E; ++i) perm[i] = i;
+    std::shuffle(perm.begin(), perm.end(), rng);
+    for (int j = 0; j < k; ++j) {
+      ids.data_mut<int32_t>()[t * k + j] = perm[j];
+      w.data_mut<float>()[t * k + j] = 0.1f + 0.9f * std::uniform_real_distribution<float>(0, 1)(rng);
+    }
+  }
+}
+
+MoeConfig config(int E, int k, Activation act) {
+  MoeConfig c;
+  c.num_experts = E;
+  c.router.top_k = k;
+  c.activation = act;
+  return c;
+}
+
+// Runs the CPU layer on every ISA and checks each against the oracle bound and the reference.
+void expect_cpu_matches(const ExpertWeights& w, const MoeConfig& cfg, const ExpertWeights* shared, const Tensor& x,
+                        const Tensor& tw, const Tensor& ids, const std::string& what) {
+  auto opt_shared = shared ? std::optional<ExpertWeights>(*shared) : std::nullopt;
+  Tensor yref = MoeLayer::create(w, cfg, Backend::kReference, opt_shared)->forward_routed(x, tw, ids);
+  oracle::LayerOut want = oracle::layer(w, cfg, shared, x, tw, ids);
+  std::vector<double> tol2 = want.tol;
+  for (double& t : tol2) t *= 2;
+  const std::vector<double> ref_vals = test::values(yref);
+  for (cpu::Isa isa : isas()) {
+    IsaGuard g(isa);
+    auto layer = MoeLayer::create(w, cfg, Backend::kCpu, opt_shared);
+    EXPECT_NE(layer->method_name().find(cpu::isa_name(isa)), std::string::npos) << layer->method_name();
+    Tensor y = layer->forward_routed(x, tw, ids);
+    ASSERT_EQ(y.dtype(), w.act_dtype);
+    ASSERT_EQ(y.shape(), Shape({x.size(0), w.hidden}));
+    const std::string tag = what + " [" + cpu::isa_name(isa) + "]";
+    test::CompareResult r = test::compare(y, want.y, want.tol);
+    EXPECT_TRUE(r.ok) << r.report(tag + " vs float64 model");
+    test::CompareResult rr = test::compare(y, ref_vals, tol2);
+    EXPECT_TRUE(rr.ok) << rr.report(tag + " vs reference");
+  }
+}
+
+class CpuScheme : public ::testing::TestWithParam<Case> {};
+
+TEST_P(CpuScheme, MatchesReferenceOnEveryIsa) {
+  const Case& c = GetParam();
+  ref::RandomWeightsSpec rs;
+  rs.scheme = c.spec;
+  rs.num_experts = 5;  // not a power of two
+  rs.hidden = c.H;
+  rs.intermediate = c.I;
+  rs.seed = 7;
+  rs.act_amax = 1.5f;
+  ExpertWeights w = ref::make_random_expert_weights(rs);
+  for (int64_t M : {1, 13}) {
+    Tensor x = test::random_tensor(c.spec.act_dtype, {M, c.H}, 11 + M);
+    Tensor tw, ids;
+    random_routing(M, 2, 5, 13 + M, tw, ids);
+    expect_cpu_matches(w, config(5, 2, c.act), nullptr, x, tw, ids, c.name + " M=" + std::to_string(M));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllSchemes, CpuScheme, ::testing::ValuesIn(all_cases()),
+                         [](const auto& info) { return info.param.name; });
+
+// ---- routing edge cases --------------------------------------------------------------------------
+
+ExpertWeights small_weights(SchemeKind k, int E, uint64_t seed = 3, int H = 96, int I = 48) {
+  ref::RandomWeightsSpec rs;
+  rs.scheme = spec_of(k);
+  rs.scheme.group_size = 32;
+  rs.num_experts = E;
+  rs.hidden = H;
+  rs.intermediate = I;
+  rs.seed = seed;
+  return ref::make_random_expert_weights(rs);
+}
+
+TEST(CpuEdge, AllTokensOnOneExpertOthersEmpty) {
+  ExpertWeights w = small_weights(SchemeKind::kWNA16, 7);
+  const int64_t M = 40;  // more tokens than one microkernel block
+  Tensor x = test::random_tensor(DType::kBF16, {M, 96}, 21);
+  Tensor tw(DType::kF32, {M, 1}), ids(DType::kI32, {M, 1});
+  for (int64_t t = 0; t < M; ++t) {
+    ids.data_mut<int32_t>()[t] = 4;
+    tw.data_mut<float>()[t] = 0.25f + 0.01f * t;
+  }
+  expect_cpu_matches(w, config(7, 1, Activation::kSiluMul), nullptr, x, tw, ids, "all on expert 4, top_k 1");
+}
+
+TEST(CpuEdge, TopK1AndExpertsWithZeroTokens) {
+  ExpertWeights w = small_weights(SchemeKind::kFP8W8A8, 6);
+  Tensor x = test::random_tensor(DType::kBF16, {3, 96}, 22);
+  Tensor tw, ids;
+  random_routing(3, 1, 6, 5, tw, ids);
+  expect_cpu_matches(w, config(6, 1, Activation::kSiluMul), nullptr, x, tw, ids, "top_k 1");
+}
+
+TEST(CpuEdge, ExpertParallelMapSkipsRemoteExperts) {
+  ExpertWeights w = small_weights(SchemeKind::kNVFP4, 3);  // 3 local of 6 global experts
+  MoeConfig cfg = config(6, 3, Activation::kSiluMul);
+  cfg.expert_map = {-1, 0, -1, 2, 1, -1};
+  Tensor x = test::random_tensor(DType::kBF16, {9, 96}, 23);
+  Tensor tw, ids;
+  random_routing(9, 3, 6, 6, tw, ids);
+  expect_cpu_matches(w, cfg, nullptr, x, tw, ids, "EP expert_map");
+}
+
+TEST(CpuEdge, Llama4WeightOnInputWithSharedExpert) {
+  ExpertWeights w = small_weights(SchemeKind::kWNA16, 5, 4, 128, 80);
+  ExpertWeights sh = small_weights(SchemeKind::kWNA16, 1, 5, 128, 48);
+  MoeConfig cfg = config(5, 1, Activation::kSiluMul);
+  cfg.router.apply_router_weight_on_input = true;
+  Tensor x = test::random_tensor(DType::kBF16, {11, 128}, 24);
+  Tensor tw, ids;
+  random_routing(11, 1, 5, 7, tw, ids);
+  expect_cpu_matches(w, cfg, &sh, x, tw, ids, "llama4 on-input + shared");
+}
+
+TEST(CpuEdge, SharedExpertWithOtherScheme) {
+  ExpertWeights w = small_weights(SchemeKind::kMXFP4A16, 4, 6, 96, 64);
+  ExpertWeights sh = small_weights(SchemeKind::kUnquantized, 1, 8, 96, 40);
+  Tensor x = test::random_tensor(DType::kBF16, {6, 96}, 25);
+  Tensor tw, ids;
+  random_routing(6, 2, 4, 8, tw, ids);
+  expect_cpu_matches(w, config(4, 2, Activation::kSiluMul), &sh, x, tw, ids, "mxfp4 + bf16 shared");
+}
+
+// Batched M with many tokens per expert (microkernel token blocks, partial last block), then a
+// smaller call on the same layer: the reused workspace must not leak into the second result.
+TEST(CpuEdge, LargeThenSmallBatchOnOneLayer) {
+  for (SchemeKind k : {SchemeKind::kWNA16, SchemeKind::kINT8W8A8, SchemeKind::kW4A8INT8, SchemeKind::kNVFP4,
+                       SchemeKind::kUnquantized}) {
+    ExpertWeights w = small_weights(k, 3, 9, 160, 96);
+    MoeConfig cfg = config(3, 2, Activation::kSiluMul);
+    for (cpu::Isa isa : isas()) {
+      IsaGuard g(isa);
+      auto layer = MoeLayer::create(w, cfg, Backend::kCpu);
+      auto ref = MoeLayer::create(w, cfg, Backend::kReference);
+      for (int64_t M : {67, 5}) {
+        Tensor x = test::random_tensor(DType::kBF16, {M, 160}, 30 + M);
+        Tensor tw, ids;
+        random_routing(M, 2, 3, 40 + M, tw, ids);
+        Tensor y = layer->forward_routed(x, tw, ids);
+        oracle::LayerOut want = oracle::layer(w, cfg, nullptr, x, tw, ids);
+        test::CompareResult r = test::compare(y, want.y, want.tol);
+        EXPECT_TRUE(r.ok) << r.report(std::string(scheme_kind_name(k)) + " M=" + std::to_string(M) + " [" +
+                                      cpu::isa_name(isa) + "]");
+      }
+    }
+  }
+}
+
+TEST(CpuEdge, RejectsBadIdsAndForcedMissingIsa) {
+  ExpertWeights w = small_weights(SchemeKind::kWNA16, 4);
+  auto layer = MoeLayer::create(w, config(4, 1, Activation::kSiluMul), Backend::kCpu);
+  Tensor x = test::random_tensor(DType::kBF16, {2, 96}, 26);
+  Tensor tw(DType::kF32, {2, 1}), ids(DType::kI32, {2, 1});
+  tw.data_mut<float>()[0] = tw.data_mut<float>()[1] = 1.f;
+  ids.data_mut<int32_t>()[0] = 1;
+  ids.data_mut<int32_t>()[1] = 4;  // out of range
+  EXPECT_THROW(layer->forward_routed(x, tw, ids), Error);
+  EXPECT_EQ(cpu::isa_from_name("avx9"), std::nullopt);
+  for (cpu::Isa i : {cpu::Isa::kAvx2, cpu::Isa::kAvx512})
+    if (!cpu::isa_supported(i)) EXPECT_THROW(cpu::set_cpu_isa(i), Error);
+}
+
+}  // namespace
+}  // namespace qmoe

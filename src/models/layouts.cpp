@@ -216,8 +216,8 @@ ProjWeights decode_module(const ModuleRef& m, ModuleFormat f, const MoeScheme& s
       if (st == Strategy::kTensor) {
         const TensorInfo& ti = need_info(ck, p + sn, ctx(sn));
         check_dtype(ti, k16, ctx(sn));
-        fetch_scalar(ck, p + sn, k16, ctx(sn));  // checks shape and value
-        r.scale = ck.get(p + sn).reshape({1, 1});
+        // Canonical tensor-wise scales are F32 [E, S]; bf16 / fp16 -> f32 is exact.
+        r.scale = f32_tensor({1, 1}, {fetch_scalar(ck, p + sn, k16, ctx(sn))});
       } else if (st == Strategy::kChannel) {
         r.scale = add_e(fetch(ck, p + sn, k16, {N, 1}, ctx(sn), "out x 1"));
       } else if (st == Strategy::kBlock) {

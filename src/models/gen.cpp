@@ -478,11 +478,9 @@ void generate_checkpoint(const GenOptions& o) {
     if (!info.shared_name.empty()) {
       Tensor s13 = rnd({1, 2LL * z.Is, z.H}), s2 = rnd({1, z.H, z.Is});
       ExpertWeights so = bf16_experts(s13, s2);
-      ExpertWeights sq = spec.kind == SchemeKind::kUnquantized ? so : ref::quantize_expert_weights(s13, s2, [&] {
-        ref::SchemeSpec t = spec;
-        t.actorder = false;  // the shared expert is written without g_idx
-        return t;
-      }());
+      Tensor sg13, sg2;
+      if (spec.actorder) sg13 = random_g_idx(1, z.H, spec.group_size, seed + 200 + l), sg2 = random_g_idx(1, z.Is, spec.group_size, seed + 300 + l);
+      ExpertWeights sq = spec.kind == SchemeKind::kUnquantized ? so : ref::quantize_expert_weights(s13, s2, spec, 4.0f, sg13, sg2);
       const std::string sp = mp + info.shared_name + ".";
       for (auto* d : {&q, &bf}) {
         if (d == &bf && !want_ref) continue;

@@ -9,6 +9,8 @@
 //    [groups, N*b/32] (packed along out) storing zero - 1 (format v1). b in {2, 4, 8}.
 //  * AWQ: qweight I32 [K, N/8], qzeros I32 [groups, N/8], 4-bit, packed along out with logical
 //    column j of each 8 at nibble kAwqNibble[j] = [0, 4, 1, 5, 2, 6, 3, 7][j].
+// A checkpoint's int weight becomes qmoe's canonical one as codes_to_canonical(<fmt>_unpack_...(...),
+// bits), and goes back (qmoe gen) as <fmt>_pack_...(canonical_to_codes(weight, bits, K), ...).
 // Unpack functions validate dtype and shape and throw qmoe::Error (kBadInput) naming the problem;
 // pack functions check that every code fits in b bits.
 #pragma once

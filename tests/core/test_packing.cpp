@@ -8,6 +8,7 @@
 #include <random>
 #include <vector>
 
+#include "core/codecs.h"
 #include "formats/packing.h"
 #include "qmoe/error.h"
 
@@ -166,6 +167,7 @@ TEST(Nibbles, HandWorkedAndRoundTrip) {
   const int want[] = {0x21, 0x43, 0x05, 0xef, 0x90, 0x07};  // low nibble = even index
   for (int i = 0; i < 6; ++i) EXPECT_EQ(p.data<uint8_t>()[i], want[i]) << i;
   expect_same(unpack_nibbles(p, 5), c);
+  for (int64_t i = 0; i < 5; ++i) EXPECT_EQ(codec::nibble_at(p.data<uint8_t>() + 3, i), c.data<uint8_t>()[5 + i]);
   Tensor r = random_codes({3, 4, 129}, 4, 5);
   expect_same(unpack_nibbles(pack_nibbles(r), 129), r);
   Tensor r2 = random_codes({7, 64}, 4, 6);

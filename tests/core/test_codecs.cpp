@@ -4,7 +4,8 @@
 //    formula; encode = nearest code by binary search, ties to the even code, overflow per format);
 //  * CUDA's host-side conversions (cuda_fp16.h, cuda_bf16.h, cuda_fp8.h, cuda_fp4.h), compiled by
 //    the host compiler when CMake found the headers (QMOE_CUDA_FP_ORACLE); otherwise those tests
-//    skip and say why.
+//    skip and say why;
+//  * ml_dtypes (PyPI), through tests/core/codec_oracle_ml_dtypes.py, when python3 has it (else skip).
 // Encode inputs: every f32 whose low 13 bits are one of 8 patterns around each rounding boundary of
 // every format (all 2^19 high parts: all signs, exponents and the top 10 mantissa bits), so every
 // tie, every tie +-1 ulp, subnormals, overflow thresholds, inf and NaN are covered.
@@ -13,10 +14,15 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
 #include <functional>
 #include <limits>
 #include <string>
 #include <vector>
+
+#include <unistd.h>
 
 #include "core/codecs.h"
 
@@ -449,6 +455,68 @@ TEST(CodecsCudaOracle, EncodeE2M1) {
   check_vs_oracle("e2m1", [](float x) { return uint32_t{f32_to_e2m1(x)}; },
                   [](float x) { return uint32_t{__nv_cvt_float_to_fp4(x, __NV_E2M1, cudaRoundNearest)}; });
 #endif
+}
+
+// ---- the ml_dtypes oracle ------------------------------------------------------------------------------
+template <class T>
+std::vector<T> read_array(std::ifstream& f, size_t n) {
+  std::vector<T> v(n);
+  f.read(reinterpret_cast<char*>(v.data()), static_cast<std::streamsize>(n * sizeof(T)));
+  return v;
+}
+
+TEST(CodecsMlDtypesOracle, DecodeAndEncode) {
+  const std::string out = std::string(QMOE_BINARY_DIR) + "/codec_oracle_ml_dtypes." + std::to_string(::getpid()) + ".bin";
+  const std::string cmd = std::string("python3 ") + QMOE_SOURCE_DIR + "/tests/core/codec_oracle_ml_dtypes.py " + out;
+  const int rc = std::system(cmd.c_str());
+  if (rc != 0) {
+    std::remove(out.c_str());
+    GTEST_SKIP() << "'" << cmd << "' exited with " << rc << " (python3 with numpy and ml_dtypes is needed; "
+                 << "scripts/deps.sh installs them); the float64 model tests still ran";
+  }
+  std::ifstream f(out, std::ios::binary);
+  ASSERT_TRUE(f.good()) << out;
+  const size_t n = encode_inputs().size();
+  auto dbf16 = read_array<float>(f, 65536), df16 = read_array<float>(f, 65536), de4m3 = read_array<float>(f, 256),
+       de5m2 = read_array<float>(f, 256), de2m1 = read_array<float>(f, 16), de8m0 = read_array<float>(f, 256);
+  auto ebf16 = read_array<uint16_t>(f, n), ef16 = read_array<uint16_t>(f, n);
+  auto ee4m3 = read_array<uint8_t>(f, n), ee5m2 = read_array<uint8_t>(f, n), ee2m1 = read_array<uint8_t>(f, n);
+  ASSERT_TRUE(f.good()) << out << " is shorter than expected";
+  f.close();
+  std::remove(out.c_str());
+
+  for (uint32_t c = 0; c < 65536; ++c) {
+    ASSERT_TRUE(same_float(bf16_to_f32(static_cast<uint16_t>(c)), dbf16[c])) << "bf16 " << hex(c);
+    ASSERT_TRUE(same_float(f16_to_f32(static_cast<uint16_t>(c)), df16[c])) << "fp16 " << hex(c);
+  }
+  for (uint32_t c = 0; c < 256; ++c) {
+    const auto b = static_cast<uint8_t>(c);
+    ASSERT_TRUE(same_float(e4m3_to_f32(b), de4m3[c])) << "e4m3 " << hex(c);
+    ASSERT_TRUE(same_float(e5m2_to_f32(b), de5m2[c])) << "e5m2 " << hex(c);
+    ASSERT_TRUE(same_float(e8m0_to_f32(b), de8m0[c])) << "e8m0 " << hex(c);
+    if (c < 16) ASSERT_TRUE(same_float(e2m1_to_f32(b), de2m1[c])) << "e2m1 " << hex(c);
+  }
+  // ml_dtypes does not saturate (compare with saturate = false) and keeps the sign of NaN: NaN
+  // codes compare as a class. Its fp4 NaN handling differs from cuda's (which qmoe follows), so
+  // NaN inputs are left out for e2m1; infinities clamp to +-6 in both.
+  int64_t bad = 0;
+  const auto& in = encode_inputs();
+  for (size_t i = 0; i < n; ++i) {
+    const float x = bits_f32(in[i]);
+    const uint32_t got[] = {f32_to_bf16(x), f32_to_f16(x), f32_to_e4m3(x, false), f32_to_e5m2(x, false), f32_to_e2m1(x)};
+    const uint32_t want[] = {ebf16[i], ef16[i], ee4m3[i], ee5m2[i], ee2m1[i]};
+    const bool ok[] = {got[0] == want[0] || (bf16_nan(got[0]) && bf16_nan(want[0])),
+                       got[1] == want[1] || (f16_nan(got[1]) && f16_nan(want[1])),
+                       got[2] == want[2] || (e4m3_nan(got[2]) && e4m3_nan(want[2])),
+                       got[3] == want[3] || (e5m2_nan(got[3]) && e5m2_nan(want[3])),
+                       got[4] == want[4] || std::isnan(x)};
+    const char* names[] = {"bf16", "fp16", "e4m3 nosat", "e5m2 nosat", "e2m1"};
+    for (int k = 0; k < 5; ++k)
+      if (!ok[k] && ++bad <= 8)
+        ADD_FAILURE() << names[k] << " encode of " << x << " (" << hex(in[i]) << "): qmoe " << hex(got[k]) << ", ml_dtypes "
+                      << hex(want[k]);
+  }
+  EXPECT_EQ(bad, 0);
 }
 
 }  // namespace

@@ -44,6 +44,7 @@ RoutingResult route(const Tensor& logits, const RouterConfig& cfg, const Tensor&
 struct AlignResult {
   std::vector<int32_t> sorted_token_ids;  // capacity numel + E*(B-1) (rounded up to B), sentinel = numel
   std::vector<int32_t> expert_ids;        // one per B-row block; local expert id, -1 = not on this rank
+                                          // (capacity / B entries; blocks past num_tokens_post_padded are -1)
   int32_t num_tokens_post_padded = 0;     // rows actually used in sorted_token_ids (multiple of B)
 };
 

@@ -1,4 +1,17 @@
-// The portable kernels (cpu_kernels_generic.inc) built for the avx512 ISA (AVX-512 flags from CMake).
+// AVX-512 kernels (F/BW/VL/DQ + VNNI + BF16 + VBMI; CMake adds the flags for *_avx512.cpp).
+// Two hand-written families, everything else falls back to the portable kernels built here:
+//  * bf16 dot (vdpbf16ps): bf16 activations (raw bf16, or quantized fp8 / nvfp4 values, all exact
+//    in bf16) x weights decoded to exact bf16 values (bf16 as is; int u - z; e4m3; e2m1). Products
+//    are exact in fp32 and accumulate in fp32 (vdpbf16ps rounds RNE per step, treats denormal
+//    inputs as zero, which no decoded weight or bf16 activation of a real layer is); group scales
+//    multiply each group's partial sum, as numerics.md orders them.
+//  * int8 dot (vpdpbusd): int8 activations x unsigned weight codes u; the zero point is removed
+//    once per group with the activation's group sum: sum qa (u - z) = sum qa u - z sum qa (exact).
+// A job covers 32 rows (two 16-row panels): per K chunk of 256 the weight codes are decoded once
+// into an L1-resident bf16 / u8 tile, then a microkernel runs 12 tokens at a time over it with
+// 2 x 12 zmm accumulators (one broadcast activation pair/quad feeds two dot instructions).
+#include <immintrin.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -8,6 +21,356 @@
 namespace qmoe::cpu::avx512 {
 #include "cpu/cpu_kernels_generic.inc"
 
-void gemm(const GemmJob& j) { generic::gemm(j); }
+namespace {
+
+constexpr int kChunk = 256;  // K per decoded tile (16 KB of bf16 for two panels)
+constexpr int kTB = 12;      // tokens per microkernel call
+
+inline __m512bh as_bh(__m512i v) { return (__m512bh)v; }
+
+// bf16 bits of the value (i - 16), i = 0..31: the lookup table of integer codes after the
+// per-lane offset 16 - z has been added (vpermw uses the low 5 bits of each index).
+inline __m512i int_table() {
+  alignas(64) uint16_t t[32];
+  for (int i = 0; i < 32; ++i) {
+    float f = float(i - 16);
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    t[i] = uint16_t(u >> 16);  // small integers are exact in bf16
+  }
+  return _mm512_load_si512(t);
+}
+inline __m512i e2m1_table() {
+  alignas(64) uint16_t t[32];
+  for (int i = 0; i < 32; ++i) {
+    float f = generic::codec::e2m1_to_f32(uint8_t(i & 15));
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    t[i] = uint16_t(u >> 16);
+  }
+  return _mm512_load_si512(t);
+}
+// e4m3 subnormal magnitudes m * 2^-9 (m = 0..7) as bf16, indexed by the 7-bit magnitude (< 8).
+inline __m512i e4m3_sub_table() {
+  alignas(64) uint16_t t[32] = {};
+  for (int m = 0; m < 8; ++m) {
+    float f = float(m) * 0.001953125f;
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    t[m] = uint16_t(u >> 16);
+  }
+  return _mm512_load_si512(t);
+}
+
+// Per-lane word offsets 16 - z for a pair-layout vector (word j belongs to row j / 2).
+inline __m512i zp_offsets_words(const uint8_t* z16) {
+  const __m512i dup = _mm512_set_epi16(15, 15, 14, 14, 13, 13, 12, 12, 11, 11, 10, 10, 9, 9, 8, 8, 7, 7, 6, 6, 5, 5, 4,
+                                       4, 3, 3, 2, 2, 1, 1, 0, 0);
+  __m512i z = _mm512_cvtepu8_epi16(_mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(z16))));
+  z = _mm512_permutexvar_epi16(dup, z);
+  return _mm512_sub_epi16(_mm512_set1_epi16(16), z);
+}
+// Per-lane dword zero points for int8 pair layout: rows 0..7 (lo) or 8..15 (hi), dword j -> row j / 2.
+inline void zp_dwords(const uint8_t* z16, __m512i* lo, __m512i* hi) {
+  const __m512i dup = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
+  __m512i z = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(z16)));  // rows 0..15
+  *lo = _mm512_permutexvar_epi32(dup, z);
+  *hi = _mm512_permutexvar_epi32(_mm512_add_epi32(dup, _mm512_set1_epi32(8)), z);
+}
+
+// Decodes kpairs [kp0, kp0 + nkp) of one panel into bf16 values, out[kp][32] (pair layout).
+void decode_bf16_tile(const PackedProj& w, const uint8_t* pc, const uint8_t* zp, int kp0, int nkp, uint16_t* out) {
+  switch (w.code) {
+    case CodeKind::kInt4: case CodeKind::kFp4: {
+      const bool is_int = w.code == CodeKind::kInt4;
+      const __m512i tbl = is_int ? int_table() : e2m1_table();
+      __m512i off = _mm512_set1_epi16(int16_t(is_int ? 16 - w.zsym : 0));
+      int zg_cur = -1;
+      for (int q = 0; q < nkp / 2; ++q) {  // one k-quad = two kpairs = 32 bytes
+        const int kq = kp0 / 2 + q;
+        if (is_int && w.has_zp) {
+          const int zg = (kq * 4) / w.zp_group;
+          if (zg != zg_cur) off = zp_offsets_words(zp + size_t(zg) * kPanelRows), zg_cur = zg;
+        }
+        const __m512i b = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(pc + size_t(kq) * 32)));
+        const __m512i lo = _mm512_add_epi16(_mm512_and_si512(b, _mm512_set1_epi16(15)), off);
+        const __m512i hi = _mm512_add_epi16(_mm512_srli_epi16(b, 4), off);
+        _mm512_store_si512(out + size_t(2 * q) * 32, _mm512_permutexvar_epi16(lo, tbl));
+        _mm512_store_si512(out + size_t(2 * q + 1) * 32, _mm512_permutexvar_epi16(hi, tbl));
+      }
+      break;
+    }
+    case CodeKind::kInt8: {
+      __m512i zlo = _mm512_set1_epi32(w.zsym), zhi = zlo;
+      int zg_cur = -1;
+      for (int i = 0; i < nkp; ++i) {
+        const int kp = kp0 + i;
+        if (w.has_zp) {
+          const int zg = (kp * 2) / w.zp_group;
+          if (zg != zg_cur) zp_dwords(zp + size_t(zg) * kPanelRows, &zlo, &zhi), zg_cur = zg;
+        }
+        const uint8_t* s = pc + size_t(kp) * 32;
+        const __m512i d0 = _mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s))), zlo);
+        const __m512i d1 = _mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 16))), zhi);
+        // cvtne2ps(hi, lo) puts lo in words 0..15: rows 0..7 then rows 8..15, the pair layout
+        const __m512bh v = _mm512_cvtne2ps_pbh(_mm512_cvtepi32_ps(d1), _mm512_cvtepi32_ps(d0));
+        _mm512_store_si512(out + size_t(i) * 32, (__m512i)v);
+      }
+      break;
+    }
+    case CodeKind::kFp8: {
+      const __m512i sub = e4m3_sub_table();
+      for (int i = 0; i < nkp; ++i) {
+        const __m512i b = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(pc + size_t(kp0 + i) * 32)));
+        const __m512i mag = _mm512_and_si512(b, _mm512_set1_epi16(0x7f));
+        // normal e4m3 (exponent field >= 1): bf16 = mag << 4 with the exponent rebased by 127 - 7
+        __m512i v = _mm512_add_epi16(_mm512_slli_epi16(mag, 4), _mm512_set1_epi16(120 << 7));
+        const __mmask32 is_sub = _mm512_cmplt_epu16_mask(mag, _mm512_set1_epi16(8));
+        v = _mm512_mask_permutexvar_epi16(v, is_sub, mag, sub);  // subnormals and zero from the table
+        v = _mm512_or_si512(v, _mm512_slli_epi16(_mm512_and_si512(b, _mm512_set1_epi16(0x80)), 8));
+        _mm512_store_si512(out + size_t(i) * 32, v);
+      }
+      break;
+    }
+    default: break;
+  }
+}
+
+// 16 group scales of a panel as fp32.
+inline __m512 load_scales16(ScaleKind k, const uint8_t* p) {
+  switch (k) {
+    case ScaleKind::kF32: return _mm512_loadu_ps(p);
+    case ScaleKind::kBF16:
+      return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), 16));
+    case ScaleKind::kF16: return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    default: {
+      alignas(64) float f[16];
+      for (int r = 0; r < 16; ++r) f[r] = generic::gscale(k, p + r);
+      return _mm512_load_ps(f);
+    }
+  }
+}
+
+// C[t][0..31] += (sum over nkp kpairs of a[t] . w) * scale, per segment of seg_kp kpairs.
+template <int TB>
+void ukr_bf16(const uint16_t* w0, const uint16_t* w1, int nkp, int seg_kp, const uint16_t* a, size_t lda, float* C,
+              const float* sc, const float* tg, size_t tg_ld) {
+  for (int s0 = 0, seg = 0; s0 < nkp; s0 += seg_kp, ++seg) {
+    const int s1 = std::min(nkp, s0 + seg_kp);
+    __m512 acc0[TB], acc1[TB];
+    for (int t = 0; t < TB; ++t) acc0[t] = _mm512_setzero_ps(), acc1[t] = _mm512_setzero_ps();
+    for (int kp = s0; kp < s1; ++kp) {
+      const __m512i W0 = _mm512_load_si512(w0 + size_t(kp) * 32), W1 = _mm512_load_si512(w1 + size_t(kp) * 32);
+      for (int t = 0; t < TB; ++t) {
+        int32_t pair;
+        std::memcpy(&pair, a + t * lda + 2 * kp, 4);
+        const __m512i A = _mm512_set1_epi32(pair);  // one (a[k], a[k+1]) pair to every lane
+        acc0[t] = _mm512_dpbf16_ps(acc0[t], as_bh(A), as_bh(W0));
+        acc1[t] = _mm512_dpbf16_ps(acc1[t], as_bh(A), as_bh(W1));
+      }
+    }
+    const __m512 c0 = _mm512_load_ps(sc + seg * 32), c1 = _mm512_load_ps(sc + seg * 32 + 16);
+    for (int t = 0; t < TB; ++t) {
+      __m512 m0 = c0, m1 = c1;
+      if (tg) {
+        const __m512 g = _mm512_set1_ps(tg[t * tg_ld + seg]);
+        m0 = _mm512_mul_ps(m0, g), m1 = _mm512_mul_ps(m1, g);
+      }
+      float* c = C + t * 32;
+      _mm512_store_ps(c, _mm512_fmadd_ps(acc0[t], m0, _mm512_load_ps(c)));
+      _mm512_store_ps(c + 16, _mm512_fmadd_ps(acc1[t], m1, _mm512_load_ps(c + 16)));
+    }
+  }
+}
+
+// Same for int8: acc = sum qa * u over a segment; flush (acc - z * sum qa) * scale.
+template <int TB>
+void ukr_s8(const uint8_t* w0, const uint8_t* w1, int nkq, int seg_kq, const int8_t* a, size_t lda, float* C,
+            const float* sc, const int32_t* gsum, size_t gsum_ld, int zsym) {
+  for (int s0 = 0, seg = 0; s0 < nkq; s0 += seg_kq, ++seg) {
+    const int s1 = std::min(nkq, s0 + seg_kq);
+    __m512i acc0[TB], acc1[TB];
+    for (int t = 0; t < TB; ++t) acc0[t] = _mm512_setzero_si512(), acc1[t] = _mm512_setzero_si512();
+    for (int kq = s0; kq < s1; ++kq) {
+      const __m512i W0 = _mm512_load_si512(w0 + size_t(kq) * 64), W1 = _mm512_load_si512(w1 + size_t(kq) * 64);
+      for (int t = 0; t < TB; ++t) {
+        int32_t quad;
+        std::memcpy(&quad, a + t * lda + 4 * kq, 4);
+        const __m512i A = _mm512_set1_epi32(quad);
+        acc0[t] = _mm512_dpbusd_epi32(acc0[t], W0, A);  // unsigned codes x signed activations
+        acc1[t] = _mm512_dpbusd_epi32(acc1[t], W1, A);
+      }
+    }
+    const __m512 c0 = _mm512_load_ps(sc + seg * 32), c1 = _mm512_load_ps(sc + seg * 32 + 16);
+    for (int t = 0; t < TB; ++t) {
+      const __m512i corr = _mm512_set1_epi32(zsym * gsum[t * gsum_ld + seg]);
+      float* c = C + t * 32;
+      _mm512_store_ps(c, _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(acc0[t], corr)), c0, _mm512_load_ps(c)));
+      _mm512_store_ps(c + 16, _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_sub_epi32(acc1[t], corr)), c1, _mm512_load_ps(c + 16)));
+    }
+  }
+}
+
+template <class F>
+inline void for_token_blocks(int T, F&& f) {
+  int t0 = 0;
+  for (; t0 + kTB <= T; t0 += kTB) f(t0, std::integral_constant<int, kTB>{});
+  const int rest = T - t0;
+  switch (rest) {  // the partial last block, specialised so accumulators stay in registers
+    case 1: f(t0, std::integral_constant<int, 1>{}); break;
+    case 2: f(t0, std::integral_constant<int, 2>{}); break;
+    case 3: f(t0, std::integral_constant<int, 3>{}); break;
+    case 4: f(t0, std::integral_constant<int, 4>{}); break;
+    case 5: f(t0, std::integral_constant<int, 5>{}); break;
+    case 6: f(t0, std::integral_constant<int, 6>{}); break;
+    case 7: f(t0, std::integral_constant<int, 7>{}); break;
+    case 8: f(t0, std::integral_constant<int, 8>{}); break;
+    case 9: f(t0, std::integral_constant<int, 9>{}); break;
+    case 10: f(t0, std::integral_constant<int, 10>{}); break;
+    case 11: f(t0, std::integral_constant<int, 11>{}); break;
+    default: break;
+  }
+}
+
+void epilogue(const GemmJob& j, const float* C) {
+  const PackedProj& w = *j.w;
+  const ActBuf& a = *j.a;
+  const size_t rb = size_t(j.e) * w.rows_pad + size_t(j.pair) * kJobRows;
+  for (int t = 0; t < j.nrows; ++t) {
+    const float ts = (a.row_scale.empty() ? 1.f : a.row_scale[size_t(j.row0 + t)]) * j.extra;
+    const __m512 tsv = _mm512_set1_ps(ts);
+    for (int h = 0; h < 2; ++h) {
+      __m512 v = _mm512_load_ps(C + t * 32 + h * 16);
+      if (!w.rowscale.empty()) v = _mm512_mul_ps(v, _mm512_loadu_ps(w.rowscale.data() + rb + h * 16));
+      v = _mm512_mul_ps(v, tsv);
+      if (!w.bias.empty()) v = _mm512_add_ps(v, _mm512_loadu_ps(w.bias.data() + rb + h * 16));
+      _mm512_storeu_ps(j.out + size_t(t) * j.ldo + h * 16, v);
+    }
+  }
+}
+
+// Segment (flush interval) along K and chunk length, or 0 when the fast kernels cannot run.
+struct Plan {
+  int seg = 0, chunk = 0;
+};
+Plan plan_of(const PackedProj& w, const ActBuf& a, bool int8) {
+  Plan p;
+  const int Kp = w.k_pad;
+  const bool act_groups = !a.group_scale.empty();
+  if (w.group > 0 && act_groups && w.group != a.group) return p;
+  p.seg = w.group > 0 ? w.group : act_groups ? a.group : (int8 ? Kp : kChunk);
+  if (p.seg % 8 != 0 && p.seg != Kp) return Plan{};
+  if (p.seg <= kChunk && kChunk % p.seg == 0) p.chunk = kChunk;
+  else if (p.seg >= Kp) p.seg = p.chunk = Kp;
+  else return Plan{};
+  return p;
+}
+
+bool run_bf16(const GemmJob& j) {
+  const PackedProj& w = *j.w;
+  const ActBuf& a = *j.a;
+  if (a.fmt != ActFmt::kBF16 || !w.gidx.empty()) return false;
+  if (w.code != CodeKind::kBF16 && w.code != CodeKind::kInt4 && w.code != CodeKind::kInt8 && w.code != CodeKind::kFp8 &&
+      w.code != CodeKind::kFp4)
+    return false;
+  const Plan pl = plan_of(w, a, false);
+  if (pl.chunk == 0) return false;
+  const int T = j.nrows, Kp = w.k_pad;
+  float* C = j.scratch;
+  uint16_t* tile = reinterpret_cast<uint16_t*>(C + size_t(T) * kJobRows);  // [2][chunk/2][32]
+  float* sc = C + size_t(T) * kJobRows + size_t(pl.chunk) * 32;           // [chunk/seg][32]
+  std::memset(C, 0, size_t(T) * kJobRows * 4);
+  const int p0 = 2 * j.pair;
+  const size_t sb = scale_kind_bytes(w.gscale_kind);
+  const bool tg = !a.group_scale.empty();
+  for (int k0 = 0; k0 < Kp; k0 += pl.chunk) {
+    const int kc = std::min(pl.chunk, Kp - k0), nkp = kc / 2;
+    const uint16_t* wp[2];
+    for (int h = 0; h < 2; ++h) {
+      const uint8_t* pc = w.panel(j.e, p0 + h);
+      if (w.code == CodeKind::kBF16) {
+        wp[h] = reinterpret_cast<const uint16_t*>(pc) + size_t(k0 / 2) * 32;
+      } else {
+        uint16_t* dst = tile + size_t(h) * (pl.chunk / 2) * 32;
+        decode_bf16_tile(w, pc, w.has_zp ? w.zp_panel(j.e, p0 + h) : nullptr, k0 / 2, nkp, dst);
+        wp[h] = dst;
+      }
+    }
+    const int nseg = (kc + pl.seg - 1) / pl.seg, g0 = k0 / pl.seg;
+    for (int s = 0; s < nseg; ++s)
+      for (int h = 0; h < 2; ++h) {
+        __m512 v = w.group > 0 ? load_scales16(w.gscale_kind, w.gscale_panel(j.e, p0 + h) + (size_t(g0 + s) * kPanelRows) * sb)
+                               : _mm512_set1_ps(1.f);
+        _mm512_store_ps(sc + s * 32 + h * 16, v);
+      }
+    const uint16_t* abase = a.row<uint16_t>(j.row0) + k0;
+    for_token_blocks(T, [&](int t0, auto tb) {
+      const float* tgp = tg ? a.group_scale.data() + size_t(j.row0 + t0) * a.num_groups + g0 : nullptr;
+      ukr_bf16<decltype(tb)::value>(wp[0], wp[1], nkp, pl.seg / 2, abase + size_t(t0) * a.ld, size_t(a.ld),
+                                    C + size_t(t0) * kJobRows, sc, tgp, size_t(a.num_groups));
+    });
+  }
+  epilogue(j, C);
+  return true;
+}
+
+bool run_s8(const GemmJob& j) {
+  const PackedProj& w = *j.w;
+  const ActBuf& a = *j.a;
+  if (a.fmt != ActFmt::kS8 || w.has_zp || !w.gidx.empty()) return false;
+  if (w.code != CodeKind::kVnni8 && w.code != CodeKind::kVnni4) return false;
+  const Plan pl = plan_of(w, a, true);
+  if (pl.chunk == 0 || a.group != (w.group > 0 ? w.group : a.ld) || pl.seg != (w.group > 0 ? w.group : w.k_pad))
+    return false;
+  const int T = j.nrows, Kp = w.k_pad;
+  float* C = j.scratch;
+  uint8_t* tile = reinterpret_cast<uint8_t*>(C + size_t(T) * kJobRows);  // [2][chunk/4][64]
+  float* sc = C + size_t(T) * kJobRows + size_t(pl.chunk) * 32;
+  std::memset(C, 0, size_t(T) * kJobRows * 4);
+  const int p0 = 2 * j.pair;
+  const size_t sb = scale_kind_bytes(w.gscale_kind);
+  for (int k0 = 0; k0 < Kp; k0 += pl.chunk) {
+    const int kc = std::min(pl.chunk, Kp - k0), nkq = kc / 4;
+    const uint8_t* wp[2];
+    for (int h = 0; h < 2; ++h) {
+      const uint8_t* pc = w.panel(j.e, p0 + h);
+      if (w.code == CodeKind::kVnni8) {
+        wp[h] = pc + size_t(k0 / 4) * 64;
+      } else {  // 64 bytes hold two quads: low nibbles quad 2o, high nibbles quad 2o + 1
+        uint8_t* dst = tile + size_t(h) * (pl.chunk / 4) * 64;
+        const uint8_t* src = pc + size_t(k0 / 8) * 64;
+        for (int o = 0; o < nkq / 2; ++o) {
+          const __m512i b = _mm512_loadu_si512(src + size_t(o) * 64);
+          _mm512_store_si512(dst + size_t(2 * o) * 64, _mm512_and_si512(b, _mm512_set1_epi8(15)));
+          _mm512_store_si512(dst + size_t(2 * o + 1) * 64, _mm512_and_si512(_mm512_srli_epi16(b, 4), _mm512_set1_epi8(15)));
+        }
+        wp[h] = dst;
+      }
+    }
+    const int nseg = (kc + pl.seg - 1) / pl.seg, g0 = k0 / pl.seg;
+    for (int s = 0; s < nseg; ++s)
+      for (int h = 0; h < 2; ++h) {
+        __m512 v = w.group > 0 ? load_scales16(w.gscale_kind, w.gscale_panel(j.e, p0 + h) + (size_t(g0 + s) * kPanelRows) * sb)
+                               : _mm512_set1_ps(1.f);
+        _mm512_store_ps(sc + s * 32 + h * 16, v);
+      }
+    const int8_t* abase = a.row<int8_t>(j.row0) + k0;
+    for_token_blocks(T, [&](int t0, auto tb) {
+      const int32_t* gs = a.group_sum.data() + size_t(j.row0 + t0) * a.num_groups + g0;
+      ukr_s8<decltype(tb)::value>(wp[0], wp[1], nkq, pl.seg / 4, abase + size_t(t0) * a.ld, size_t(a.ld),
+                                  C + size_t(t0) * kJobRows, sc, gs, size_t(a.num_groups), w.zsym);
+    });
+  }
+  epilogue(j, C);
+  return true;
+}
+
+}  // namespace
+
+void gemm(const GemmJob& j) {
+  if (run_bf16(j) || run_s8(j)) return;
+  generic::gemm(j);
+}
 void quant_row(const float* x, int n, const QuantRowArgs& q, ActBuf& a, int i) { generic::quant_row(x, n, q, a, i); }
+
 }  // namespace qmoe::cpu::avx512

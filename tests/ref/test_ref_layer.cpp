@@ -156,6 +156,25 @@ TEST_P(RefScheme, MatchesFloat64Model) {
   Tensor tw, ids;
   random_routing(M, 2, 5, 13, tw, ids);
   expect_matches_oracle(w, config(5, 2, c.act), nullptr, x, tw, ids, c.name);
+
+  // The tolerance is tight enough to see one changed weight row: perturb the first w2 row of the
+  // expert token 0 uses (several codes / an exponent bit per element) and the model must reject it.
+  ExpertWeights bad = w;
+  bad.w2.weight = w.w2.weight.clone();
+  const int64_t e0 = ids.data<int32_t>()[0], row_bytes = bad.w2.weight.nbytes() / (5 * c.H);
+  uint8_t* b = bad.w2.weight.data_mut<uint8_t>() + e0 * c.H * row_bytes;
+  for (int64_t i = 0; i < row_bytes; ++i) {
+    switch (bad.w2.weight.dtype()) {
+      case DType::kF8E4M3: b[i] ^= ((b[i] & 0x7f) >= 0x58 ? 0x10 : 0x20); break;  // exponent +-2 / +-4, never NaN
+      case DType::kBF16: if (i % 2) b[i] ^= 0x01; break;  // lowest exponent bit: x2 or /2
+      case DType::kF16: if (i % 2) b[i] ^= 0x04; break;
+      case DType::kF32: if (i % 4 == 2) b[i] ^= 0x80; break;
+      default: b[i] ^= 0x44; break;  // packed 4-bit: both nibbles move by 4 codes; int8: by 68
+    }
+  }
+  Tensor y_bad = MoeLayer::create(bad, config(5, 2, c.act), Backend::kReference)->forward_routed(x, tw, ids);
+  oracle::LayerOut want = oracle::layer(w, config(5, 2, c.act), nullptr, x, tw, ids);
+  EXPECT_FALSE(test::compare(y_bad, want.y, want.tol).ok) << c.name << ": one changed weight row went unnoticed";
 }
 
 INSTANTIATE_TEST_SUITE_P(AllSchemes, RefScheme, ::testing::ValuesIn(all_cases()),

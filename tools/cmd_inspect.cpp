@@ -75,7 +75,7 @@ int run_inspect(const std::string& dir, bool as_json) {
     const ExpertWeights* sh = l.shared_expert ? &*l.shared_expert : nullptr;
     std::string methods;
     for (Backend b : {Backend::kReference, Backend::kCpu, Backend::kCuda}) {
-      MethodChoice c = query_method(w, b, l.config, sh, l.router_bias);
+      MethodChoice c = query_method(w, b, l.config, sh, r.kind == RouterKind::kGrouped ? l.router_bias : Tensor());
       lj["methods"][backend_name(b)] = c.ok ? json{{"method", c.method}} : json{{"refused", c.reason}};
       methods += str("\n    ", backend_name(b), ": ", c.ok ? c.method : "refused: " + c.reason);
     }

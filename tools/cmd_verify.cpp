@@ -122,13 +122,20 @@ int run_verify(const Verify& v) {
         for (int h = 0; h < H; ++h) s += static_cast<double>(xf[t * H + h]) * rw[static_cast<size_t>(e) * H + h];
         logits.data_mut<float>()[t * E + e] = static_cast<float>(s);
       }
+    // DeepSeek's e_score_correction_bias steers selection inside the router; gpt-oss's router bias
+    // is the router Linear's bias, part of the logits.
+    const bool grouped = l.config.router.kind == RouterKind::kGrouped;
+    Tensor layer_bias = grouped ? l.router_bias : Tensor();
+    if (!grouped && l.router_bias.defined())
+      for (int t = 0; t < M; ++t)
+        for (int e = 0; e < E; ++e) logits.data_mut<float>()[t * E + e] += l.router_bias.data<float>()[e];
     auto layer_of = [&](const ExpertWeights& ew, const std::optional<ExpertWeights>& sh, const MoeConfig& cfg, Backend b) {
-      return MoeLayer::create(ew, cfg, b, sh, l.router_bias);
+      return MoeLayer::create(ew, cfg, b, sh, layer_bias);
     };
     std::printf("layer %d  %s  %s\n", l.layer, w.scheme.key().c_str(), l.format_source.c_str());
     Tensor y_ref = layer_of(w, l.shared_expert, l.config, Backend::kReference)->forward(x, logits);
     for (Backend b : backends) {
-      MethodChoice c = query_method(w, b, l.config, l.shared_expert ? &*l.shared_expert : nullptr, l.router_bias);
+      MethodChoice c = query_method(w, b, l.config, l.shared_expert ? &*l.shared_expert : nullptr, layer_bias);
       if (!c.ok) {
         std::printf("  %-9s skipped: %s\n", backend_name(b), c.reason.c_str());
         continue;

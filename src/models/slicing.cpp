@@ -144,7 +144,9 @@ void slice_tp(ExpertWeights& w, int tp_rank, int tp_size, const std::string& whe
   const int64_t kb = packed4(b, I) ? 2 : 1;  // elements per stored column
   b.weight = slice_dim(b.weight, 2, r * Is / kb, (r + 1) * Is / kb);
   if (b.g_idx.defined()) {
-    b.g_idx = slice_dim(b.g_idx, 1, r * Is, (r + 1) * Is);  // scales / zero points stay whole
+    // A rank's columns may name any of w2's groups; the canonical contract sizes w2's scales by the
+    // rank's own K (ceil(K/G) groups), so an actorder w2 cannot be column-split without reordering I.
+    unsupported(where, ": TP size ", tp_size, " with actorder (g_idx) down_proj weights; load actorder checkpoints with TP 1");
   } else {
     if (b.scale.defined() && b.scale.dim() == 3) {
       if (w.block[0] > 0) b.scale = slice_dim(b.scale, 2, r * Is / w.block[1], (r + 1) * Is / w.block[1]);

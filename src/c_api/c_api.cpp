@@ -214,11 +214,13 @@ qmoe_status_t qmoe_route(const qmoe_tensor_t* logits, const qmoe_router_config_t
     same_device(l, "router logits", w, "topk_weights");
     same_device(l, "router logits", i, "topk_ids");
     Tensor bh;
+    TensorDesc b;
     if (present(bias)) {
-      TensorDesc b = describe(bias, "router bias");
+      b = describe(bias, "router bias");
       same_device(l, "router logits", b, "router bias");
-      bh = to_host(b, stream, "router bias");
     }
+    if (cuda_route(l, rc, present(bias) ? &b : nullptr, w, i, stream)) return;
+    if (present(bias)) bh = to_host(b, stream, "router bias");
     RoutingResult r = route(to_host(l, stream, "router logits"), rc, bh);
     from_host(r.topk_weights, w, stream, "topk_weights");
     from_host(r.topk_ids, i, stream, "topk_ids");

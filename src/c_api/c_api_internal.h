@@ -3,7 +3,10 @@
 // qmoe_tensor_t into qmoe::Tensor views, and stream-ordered host <-> CUDA copies for the calls
 // that compute on the host (routing, align, weights given as device tensors).
 #pragma once
+#include <memory>
+#include <mutex>
 #include <new>
+#include <optional>
 #include <string>
 
 #include "qmoe/c_api.h"
@@ -80,8 +83,35 @@ RouterConfig router_config_from_c(const qmoe_router_config_t& c);  // kBadInput 
 // creation). `where` names the weights in errors ("experts", "shared expert").
 ExpertWeights expert_weights_from_c(const qmoe_expert_weights_t& w, bool borrow, void* stream, const char* where);
 
+// ---- the CUDA backend on device pointers (c_api_cuda.cpp) ----
+struct CudaLayer;
+struct CudaLayerDeleter {
+  void operator()(CudaLayer* p) const;
+};
+using CudaLayerPtr = std::unique_ptr<CudaLayer, CudaLayerDeleter>;
+// Validates and prepares on the current CUDA device; throws MoeLayer::create's errors.
+CudaLayerPtr make_cuda_layer(ExpertWeights w, MoeConfig cfg, std::optional<ExpertWeights> shared, Tensor router_bias);
+std::string cuda_layer_method(const CudaLayer& l);
+// Routing from `logits` (F32 [M, E]) or given (`w`, `ids`); all tensors on the layer's device or
+// all on the host (shapes and dtypes already checked). Runs on `stream`.
+void cuda_layer_forward(CudaLayer& l, const TensorDesc& x, const TensorDesc* logits, const TensorDesc* w,
+                        const TensorDesc* ids, const TensorDesc& y, void* stream);
+// Routes F32 device logits on the device; false when it cannot (host tensors, other dtypes, or a
+// router configuration the device kernel does not take), and the caller routes on the host.
+bool cuda_route(const TensorDesc& logits, const RouterConfig& rc, const TensorDesc* bias, const TensorDesc& w,
+                const TensorDesc& ids, void* stream);
+
 }  // namespace qmoe::capi
 
-// The opaque handles.
-struct qmoe_layer;
+// The opaque layer handle: a MoeLayer (reference / cpu) or a device-pointer CUDA layer.
+struct qmoe_layer {
+  std::unique_ptr<qmoe::MoeLayer> impl;
+  qmoe::capi::CudaLayerPtr cuda;
+  qmoe::Backend backend = qmoe::Backend::kReference;
+  int num_experts = 0, num_experts_global = 0, hidden = 0, intermediate = 0, top_k = 0;
+  qmoe::DType act_dtype = qmoe::DType::kBF16;
+  qmoe::SchemeKind scheme = qmoe::SchemeKind::kUnquantized;
+  std::string scheme_key, method;
+  std::mutex mu;  // one call at a time: backends keep per-layer scratch
+};
 struct qmoe_checkpoint;

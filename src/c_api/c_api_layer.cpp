@@ -3,20 +3,9 @@
 // the same function tests and `qmoe gen` use, so a layer described here is dispatched exactly like
 // one loaded from a checkpoint.
 #include <cstring>
-#include <mutex>
 
 #include "c_api/c_api_internal.h"
 #include "cpu/ref/quantize.h"
-
-struct qmoe_layer {
-  std::unique_ptr<qmoe::MoeLayer> impl;
-  qmoe::Backend backend = qmoe::Backend::kReference;
-  int num_experts = 0, num_experts_global = 0, hidden = 0, intermediate = 0, top_k = 0;
-  qmoe::DType act_dtype = qmoe::DType::kBF16;
-  qmoe::SchemeKind scheme = qmoe::SchemeKind::kUnquantized;
-  std::string scheme_key, method;
-  std::mutex mu;  // MoeLayer::forward keeps per-layer scratch: one call at a time
-};
 
 namespace qmoe::capi {
 
@@ -163,8 +152,13 @@ qmoe_layer* make_layer(ExpertWeights w, MoeConfig cfg, Backend backend, std::opt
   h->act_dtype = w.act_dtype;
   h->scheme = w.scheme.kind;
   h->scheme_key = w.scheme.key();
-  h->impl = MoeLayer::create(std::move(w), std::move(cfg), backend, std::move(shared), std::move(router_bias));
-  h->method = h->impl->method_name();
+  if (backend == Backend::kCuda) {
+    h->cuda = make_cuda_layer(std::move(w), std::move(cfg), std::move(shared), std::move(router_bias));
+    h->method = cuda_layer_method(*h->cuda);
+  } else {
+    h->impl = MoeLayer::create(std::move(w), std::move(cfg), backend, std::move(shared), std::move(router_bias));
+    h->method = h->impl->method_name();
+  }
   return h.release();
 }
 
@@ -216,8 +210,8 @@ void write_out(const Tensor& out, const TensorDesc& y, void* stream) {
   from_host(out, y, stream, "y");
 }
 
-// Host tensors run on every backend (the CUDA backend uploads them); CUDA tensors through a
-// stream-ordered host round trip for the host backends is refused: it would hide a device mix-up.
+// Host tensors run on every backend (the CUDA backend stages them through device buffers); CUDA
+// tensors on a host backend are refused rather than copied: that would hide a device mix-up.
 void require_host_backend_inputs(const qmoe_layer* l, const TensorDesc& x) {
   QMOE_CHECK(!x.cuda || l->backend == Backend::kCuda, kBadInput, "the ", backend_name(l->backend),
              " backend runs on host tensors, but x is on ", x.device_str(),
@@ -235,10 +229,8 @@ void forward_routed(qmoe_layer* l, const qmoe_tensor_t* x, const qmoe_tensor_t* 
   expect(id, "topk_ids", DType::kI32, {m, l->top_k});
   require_host_backend_inputs(l, xd);
   std::lock_guard<std::mutex> lock(l->mu);
-  if (xd.cuda) {
-    Tensor out = l->impl->forward_routed(to_host(xd, stream, "x"), to_host(wd, stream, "topk_weights"),
-                                         to_host(id, stream, "topk_ids"));
-    write_out(out, yd, stream);
+  if (l->cuda) {
+    cuda_layer_forward(*l->cuda, xd, nullptr, &wd, &id, yd, stream);
   } else {
     write_out(l->impl->forward_routed(host_view(xd, "x"), host_view(wd, "topk_weights"), host_view(id, "topk_ids")),
               yd, stream);
@@ -308,8 +300,8 @@ qmoe_status_t qmoe_layer_forward(qmoe_layer_t* l, const qmoe_tensor_t* x, const 
     expect(ld, "router_logits", DType::kF32, {m, l->num_experts_global});
     require_host_backend_inputs(l, xd);
     std::lock_guard<std::mutex> lock(l->mu);
-    if (xd.cuda) {
-      write_out(l->impl->forward(to_host(xd, stream, "x"), to_host(ld, stream, "router_logits")), yd, stream);
+    if (l->cuda) {
+      cuda_layer_forward(*l->cuda, xd, &ld, nullptr, nullptr, yd, stream);
     } else {
       write_out(l->impl->forward(host_view(xd, "x"), host_view(ld, "router_logits")), yd, stream);
     }

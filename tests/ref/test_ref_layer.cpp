@@ -4,6 +4,9 @@
 // rounding or formula fails while fp32 summation order cannot.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <cstdio>
+#include <ctime>
 #include <random>
 #include <string>
 #include <vector>
@@ -311,12 +314,23 @@ TEST(RefScale, DISABLED_MixtralLayerInt4M1) {
   rs.num_experts = 8;
   rs.hidden = 4096;
   rs.intermediate = 14336;
+  auto t0 = std::chrono::steady_clock::now();
+  std::clock_t c0 = std::clock();
   ExpertWeights w = ref::make_random_expert_weights(rs);
+  auto t1 = std::chrono::steady_clock::now();
+  std::clock_t c1 = std::clock();
   auto layer = MoeLayer::create(std::move(w), config(8, 2, Activation::kSiluMul), Backend::kReference);
   Tensor x = test::random_tensor(DType::kBF16, {1, 4096}, 1);
   Tensor tw, ids;
   random_routing(1, 2, 8, 1, tw, ids);
+  auto t2 = std::chrono::steady_clock::now();
+  std::clock_t c2 = std::clock();
   Tensor y = layer->forward_routed(x, tw, ids);
+  auto t3 = std::chrono::steady_clock::now();
+  std::clock_t c3 = std::clock();
+  auto s = [](auto a, auto b) { return std::chrono::duration<double>(b - a).count(); };
+  std::printf("random weights: %.2f s wall, %.2f s cpu; forward M=1: %.2f s wall, %.2f s cpu\n", s(t0, t1),
+              double(c1 - c0) / CLOCKS_PER_SEC, s(t2, t3), double(c3 - c2) / CLOCKS_PER_SEC);
   for (int64_t i = 0; i < y.numel(); ++i) ASSERT_TRUE(std::isfinite(test::value_at(y, i)));
 }
 

@@ -181,8 +181,9 @@ void CpuLayer::run_experts(ExpertSet& s, const float* xf, const Routed& r, std::
   for (int e = 0; e < E; ++e)
     for (int p = r.off[e]; p < r.off[e + 1]; ++p) epos[size_t(p)] = e;
 
-  // 1. GEMM1 inputs (Llama 4: a = round_act(x * w)), quantized per the scheme.
-#pragma omp parallel for schedule(static)
+  // 1. GEMM1 inputs (Llama 4: a = round_act(x * w)), quantized per the scheme. Small phases run
+  // on one thread: at decode sizes a fork/join costs more than the work.
+#pragma omp parallel for schedule(static) if (size_t(npos) * H > 65536)
   for (int p = 0; p < npos; ++p) {
     float* xv = scratch_.get(size_t(H) * 2 + 64);
     const float* xr = xf + size_t(r.tok[size_t(p)]) * H;
@@ -232,7 +233,7 @@ void CpuLayer::run_experts(ExpertSet& s, const float* xf, const Routed& r, std::
   }
 
   // 3. GEMM2 inputs.
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (size_t(npos) * I > 65536)
   for (int p = 0; p < npos; ++p) {
     float* tmp = scratch_.get(size_t(ld2) + 64);
     QuantRowArgs q = s.row_args(w2, epos[size_t(p)]);
@@ -308,7 +309,7 @@ Tensor CpuLayer::forward_routed(const Tensor& x, const Tensor& topk_weights, con
 
   xf_.resize(size_t(M) * H);
   const uint16_t* xh = x.data<uint16_t>();
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (int64_t(M) * H > 65536)
   for (int64_t i = 0; i < int64_t(M) * H; ++i)
     xf_[size_t(i)] = s.act_dtype == DType::kBF16  ? codec::bf16_to_f32(xh[i])
                      : s.act_dtype == DType::kF16 ? codec::f16_to_f32(xh[i])
@@ -329,7 +330,7 @@ Tensor CpuLayer::forward_routed(const Tensor& x, const Tensor& topk_weights, con
   Tensor out(s.act_dtype, {M, H});
   uint16_t* o16 = s.act_dtype == DType::kF32 ? nullptr : out.data_mut<uint16_t>();
   float* o32 = s.act_dtype == DType::kF32 ? out.data_mut<float>() : nullptr;
-#pragma omp parallel
+#pragma omp parallel if (int64_t(M) * H * K > 65536)
   {
     std::vector<float> y(static_cast<size_t>(H));
     std::vector<std::pair<int, int>> slots(static_cast<size_t>(K));

@@ -1,0 +1,50 @@
+// AVX-512 loops of cpu_probe.h: a streaming read (64-byte loads, xor-reduced so they stay live)
+// and register-resident dot-product loops with 16 independent accumulators (enough to cover the
+// instruction latency on every AVX-512 core), one call per thread.
+#include <immintrin.h>
+
+#include "cpu/cpu_probe.h"
+
+namespace qmoe::cpu::avx512 {
+
+unsigned long long read_sum(const void* p, size_t bytes) {
+  const __m512i* v = static_cast<const __m512i*>(p);
+  __m512i a0 = _mm512_setzero_si512(), a1 = a0, a2 = a0, a3 = a0;
+  const size_t n = bytes / 64;
+  for (size_t i = 0; i + 4 <= n; i += 4) {
+    a0 = _mm512_xor_si512(a0, _mm512_load_si512(v + i));
+    a1 = _mm512_xor_si512(a1, _mm512_load_si512(v + i + 1));
+    a2 = _mm512_xor_si512(a2, _mm512_load_si512(v + i + 2));
+    a3 = _mm512_xor_si512(a3, _mm512_load_si512(v + i + 3));
+  }
+  a0 = _mm512_xor_si512(_mm512_xor_si512(a0, a1), _mm512_xor_si512(a2, a3));
+  return static_cast<unsigned long long>(_mm512_reduce_add_epi64(a0));
+}
+
+double bf16_dot_loop(long iters) {
+  __m512 acc[16];
+  for (int i = 0; i < 16; ++i) acc[i] = _mm512_set1_ps(float(i));
+  const __m512bh a = (__m512bh)_mm512_set1_epi32(0x3f803f80), b = (__m512bh)_mm512_set1_epi32(0x3c003c00);
+  for (long it = 0; it < iters; ++it)
+    for (int i = 0; i < 16; ++i) acc[i] = _mm512_dpbf16_ps(acc[i], a, b);
+  __m512 s = acc[0];
+  for (int i = 1; i < 16; ++i) s = _mm512_add_ps(s, acc[i]);
+  volatile float sink = _mm512_reduce_add_ps(s);
+  (void)sink;
+  return double(iters) * 16 * 16 * 2 * 2;  // instructions x lanes x (2 multiply-adds) x 2 flops
+}
+
+double int8_dot_loop(long iters) {
+  __m512i acc[16];
+  for (int i = 0; i < 16; ++i) acc[i] = _mm512_set1_epi32(i);
+  const __m512i a = _mm512_set1_epi8(3), b = _mm512_set1_epi8(-2);
+  for (long it = 0; it < iters; ++it)
+    for (int i = 0; i < 16; ++i) acc[i] = _mm512_dpbusd_epi32(acc[i], a, b);
+  __m512i s = acc[0];
+  for (int i = 1; i < 16; ++i) s = _mm512_add_epi32(s, acc[i]);
+  volatile int sink = _mm512_reduce_add_epi32(s);
+  (void)sink;
+  return double(iters) * 16 * 16 * 4 * 2;  // instructions x lanes x (4 multiply-adds) x 2 ops
+}
+
+}  // namespace qmoe::cpu::avx512

@@ -34,8 +34,7 @@ std::string proj_line(const ProjWeights& p) {
   return s;
 }
 
-int run_inspect(const std::string& dir, bool as_json) {
-  LoadOptions lo;
+int run_inspect(const std::string& dir, bool as_json, LoadOptions lo) {
   lo.progress = progress_bar(dir);
   Model m = load_model(dir, lo);
   json out = {{"dir", m.dir}, {"arch", m.arch}, {"quant_method", m.quant_method}, {"layers", json::array()}};
@@ -108,7 +107,12 @@ Registrar reg("inspect", "show every MoE layer of a checkpoint: scheme, layout, 
                 auto as_json = std::make_shared<bool>(false);
                 app.add_option("dir", *dir, "model directory")->required();
                 app.add_flag("--json", *as_json, "machine-readable output");
-                return [dir, as_json]() { return run_inspect(*dir, *as_json); };
+                auto lo = std::make_shared<LoadOptions>();
+                app.add_option("--tp", lo->tp_size, "tensor-parallel size (splits I)")->capture_default_str();
+                app.add_option("--tp-rank", lo->tp_rank, "this TP rank")->capture_default_str();
+                app.add_option("--ep", lo->ep_size, "expert-parallel size (splits E)")->capture_default_str();
+                app.add_option("--ep-rank", lo->ep_rank, "this EP rank")->capture_default_str();
+                return [dir, as_json, lo]() { return run_inspect(*dir, *as_json, *lo); };
               });
 
 }  // namespace

@@ -81,10 +81,11 @@ struct Verify {
   std::string dir, reference, backend = "all";
   int tokens = 16;
   uint64_t seed = 1;
+  LoadOptions load;  // TP / EP rank
 };
 
 int run_verify(const Verify& v) {
-  LoadOptions lo;
+  LoadOptions lo = v.load;
   lo.progress = progress_bar(v.dir);
   Model m = load_model(v.dir, lo);
   Model bf;
@@ -197,6 +198,10 @@ Registrar reg("verify", "run every MoE layer through each backend vs the exact r
                 app.add_option("--backend", v->backend, "cpu | cuda | all")->capture_default_str();
                 app.add_option("--tokens", v->tokens, "tokens of random activations")->capture_default_str();
                 app.add_option("--seed", v->seed, "random seed")->capture_default_str();
+                app.add_option("--tp", v->load.tp_size, "tensor-parallel size (splits I)")->capture_default_str();
+                app.add_option("--tp-rank", v->load.tp_rank, "this TP rank")->capture_default_str();
+                app.add_option("--ep", v->load.ep_size, "expert-parallel size (splits E)")->capture_default_str();
+                app.add_option("--ep-rank", v->load.ep_rank, "this EP rank")->capture_default_str();
                 return [v]() { return run_verify(*v); };
               });
 

@@ -116,6 +116,9 @@ std::string check_tp(const ExpertWeights& w, int tp_size, const std::string& whe
     bad_input(where, ": TP size ", tp_size, " gives I/tp=", I / tp_size, ", not a multiple of ", c.multiple, " (",
               c.why, "); TP sizes that work: ", list);
   }
+  if (tp_size > 1 && (w.w2.g_idx.defined() || w.scheme.weights.actorder == ActOrder::kGroup))
+    unsupported(where, ": TP size ", tp_size, " with actorder (g_idx) down_proj weights: a rank's columns may name any "
+                "group of the row, which the canonical per-rank scales cannot hold; load actorder checkpoints with TP 1");
   bool fp4 = w.scheme.kind == SchemeKind::kNVFP4 || w.scheme.kind == SchemeKind::kNVFP4A16;
   if (fp4 && tp_size > 1 && (I / tp_size) % 32 != 0)
     return str(where, ": I/tp=", I / tp_size, " is not a multiple of 32; some NVFP4 kernels need 32-aligned K "

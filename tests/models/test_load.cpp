@@ -1,0 +1,373 @@
+// Loader tests: every (arch, format) pair gen writes loads into canonical weights that dequantize to
+// within the scheme's round-to-nearest error of the bf16 original; layouts (gate-first, fused in x
+// out, gpt-oss interleave) checked against the raw tensors; router configs; NVFP4 global-scale
+// conventions; TP / EP slicing against the unsliced load; bad inputs give one clear error.
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "common/model_edit.h"
+#include "cpu/ref/quantize.h"
+#include "qmoe/model.h"
+
+namespace qmoe {
+namespace {
+
+using test::ModelScratch;
+
+// Relative rms bound of round-to-nearest weight error for uniform random weights (gen's rows are
+// uniform in +-a): int b-bit symmetric absmax has step a/(2^(b-1)-1) -> rel rms = step/sqrt(12) /
+// (a/sqrt(3)) = 1/(2(2^(b-1)-1)) (int4 0.071, int8 0.0039); asymmetric 1/(2^b-1) (0.067); e4m3 has
+// 3 mantissa bits: relative rounding error up to 2^-4, rms about 2^-4/sqrt(3) = 0.036; e2m1 under
+// a per-16 (nvfp4) / power-of-two per-32 (mxfp4) scale measures about 0.10-0.11. Each bound adds
+// ~15-25% for finite-sample noise and bf16 / e4m3 rounding of scales.
+double weight_bound(const MoeScheme& s) {
+  switch (s.kind) {
+    case SchemeKind::kUnquantized: return 0.0;
+    case SchemeKind::kWNA16: case SchemeKind::kW4A8FP8: case SchemeKind::kW4A8INT8: case SchemeKind::kINT8W8A8:
+      return s.weights.num_bits == 8 ? 0.005 : 0.085;
+    case SchemeKind::kFP8W8A8: case SchemeKind::kFP8A16: return 0.042;
+    case SchemeKind::kNVFP4: case SchemeKind::kNVFP4A16: return 0.125;
+    case SchemeKind::kMXFP4A16: return 0.14;
+  }
+  return 0;
+}
+
+TEST(ModelsLoad, EveryArchFormatPairDequantizesNearTheOriginal) {
+  ModelScratch s("pairs");
+  int pairs = 0;
+  for (const models::GenFormat& f : models::gen_formats()) {
+    for (const std::string& arch : f.archs) {
+      SCOPED_TRACE(arch + " " + f.name);
+      std::string dir = test::gen_model(s, arch, f.name, arch + "-" + f.name);
+      Model q = load_model(dir);
+      Model o = load_model(f.name == "bf16" ? dir : dir + "/bf16");
+      ASSERT_EQ(q.arch, arch);
+      ASSERT_EQ(q.layers.size(), 2u);
+      ASSERT_EQ(o.layers.size(), 2u);
+      for (size_t l = 0; l < q.layers.size(); ++l) {
+        const ExpertWeights& w = q.layers[l].experts;
+        EXPECT_EQ(w.num_experts, 8);
+        EXPECT_EQ(w.hidden, 256);
+        EXPECT_EQ(w.intermediate, 128);
+        const double bound = weight_bound(w.scheme);
+        for (bool w13 : {true, false}) {
+          double err = test::rel_l2(ref::dequantize_proj(w, w13), ref::dequantize_proj(o.layers[l].experts, w13));
+          EXPECT_LE(err, bound) << "layer " << l << (w13 ? " w13 " : " w2 ") << w.scheme.key();
+          if (w.scheme.kind != SchemeKind::kUnquantized) EXPECT_GT(err, bound / 20) << "suspiciously exact";
+        }
+        ASSERT_EQ(q.layers[l].shared_expert.has_value(), o.layers[l].shared_expert.has_value());
+        if (q.layers[l].shared_expert) {
+          const ExpertWeights& sq = *q.layers[l].shared_expert;
+          for (bool w13 : {true, false})
+            EXPECT_LE(test::rel_l2(ref::dequantize_proj(sq, w13), ref::dequantize_proj(*o.layers[l].shared_expert, w13)),
+                      weight_bound(sq.scheme));
+        }
+      }
+      ++pairs;
+    }
+  }
+  EXPECT_GE(pairs, 70);
+}
+
+// Canonical w13 = gate rows then up rows, "out x in", whatever the file layout.
+TEST(ModelsLoad, GateFirstOutByInFromEveryLayout) {
+  ModelScratch s("layout");
+  auto bf16_at = [](const Tensor& t, int64_t i) { return t.data<uint16_t>()[i]; };
+  {  // mixtral: experts.N.w1 (gate) / w3 (up) / w2, [out, in]
+    std::string dir = test::gen_model(s, "mixtral", "bf16", "mx");
+    Model m = load_model(dir);
+    auto ck = CheckpointDir::open(dir);
+    const ExpertWeights& w = m.layers[1].experts;
+    const int I = w.intermediate, H = w.hidden;
+    for (int e : {0, 5}) {
+      std::string p = "model.layers.1.block_sparse_moe.experts." + std::to_string(e) + ".";
+      Tensor g = ck->get(p + "w1.weight"), u = ck->get(p + "w3.weight"), d = ck->get(p + "w2.weight");
+      for (int64_t i = 0; i < I * H; ++i) {
+        ASSERT_EQ(bf16_at(w.w13.weight, (int64_t)e * 2 * I * H + i), bf16_at(g, i));
+        ASSERT_EQ(bf16_at(w.w13.weight, (int64_t)e * 2 * I * H + I * H + i), bf16_at(u, i));
+        ASSERT_EQ(bf16_at(w.w2.weight, (int64_t)e * H * I + i), bf16_at(d, i));
+      }
+    }
+  }
+  {  // llama4: fused gate_up_proj [E, H, 2I] in x out, first half of the last dim = gate
+    std::string dir = test::gen_model(s, "llama4", "bf16", "l4");
+    Model m = load_model(dir);
+    Tensor gu = CheckpointDir::open(dir)->get("model.layers.0.feed_forward.experts.gate_up_proj");
+    const ExpertWeights& w = m.layers[0].experts;
+    const int64_t I = w.intermediate, H = w.hidden;
+    for (int64_t e : {0, 7})
+      for (int64_t n = 0; n < 2 * I; n += 7)
+        for (int64_t k = 0; k < H; k += 5)
+          ASSERT_EQ(bf16_at(w.w13.weight, (e * 2 * I + n) * H + k), bf16_at(gu, (e * H + k) * 2 * I + n));
+    EXPECT_TRUE(m.layers[0].config.router.apply_router_weight_on_input);
+    EXPECT_EQ(m.layers[0].config.router.kind, RouterKind::kLlama4);
+    EXPECT_TRUE(m.layers[0].shared_expert.has_value());
+  }
+  {  // gpt-oss: gate_up_proj [E, H, 2I] with gate / up interleaved along 2I
+    std::string dir = test::gen_model(s, "gpt_oss", "bf16", "go");
+    Model m = load_model(dir);
+    auto ck = CheckpointDir::open(dir);
+    Tensor gu = ck->get("model.layers.0.mlp.experts.gate_up_proj");
+    Tensor gb = ck->get("model.layers.0.mlp.experts.gate_up_proj_bias");
+    const ExpertWeights& w = m.layers[0].experts;
+    const int64_t I = w.intermediate, H = w.hidden;
+    for (int64_t e : {0, 3})
+      for (int64_t n = 0; n < I; n += 3) {
+        for (int64_t k = 0; k < H; k += 11) {
+          ASSERT_EQ(bf16_at(w.w13.weight, (e * 2 * I + n) * H + k), bf16_at(gu, (e * H + k) * 2 * I + 2 * n));
+          ASSERT_EQ(bf16_at(w.w13.weight, (e * 2 * I + I + n) * H + k), bf16_at(gu, (e * H + k) * 2 * I + 2 * n + 1));
+        }
+        ASSERT_EQ(bf16_at(w.w13.bias, e * 2 * I + n), bf16_at(gb, e * 2 * I + 2 * n));
+      }
+    EXPECT_EQ(m.layers[0].config.activation, Activation::kSwigluOai);
+    EXPECT_EQ(m.layers[0].config.router.kind, RouterKind::kTopKSoftmax);
+    ASSERT_TRUE(m.layers[0].router_bias.defined());
+    EXPECT_EQ(m.layers[0].router_bias.dtype(), DType::kF32);
+  }
+}
+
+TEST(ModelsLoad, RouterConfigsFromConfigJson) {
+  ModelScratch s("router");
+  Model d = load_model(test::gen_model(s, "deepseek_v3", "bf16", "ds"));
+  ASSERT_EQ(d.layers.size(), 2u);
+  EXPECT_EQ(d.layers[0].layer, 1);  // first_k_dense_replace = 1: layer 0 is dense and skipped
+  const RouterConfig& r = d.layers[0].config.router;
+  EXPECT_EQ(r.kind, RouterKind::kGrouped);
+  EXPECT_EQ(r.num_groups, 4);
+  EXPECT_EQ(r.topk_group, 2);
+  EXPECT_FLOAT_EQ(r.routed_scaling_factor, 2.5f);
+  EXPECT_TRUE(r.renormalize && r.grouped_sigmoid);
+  EXPECT_EQ(d.layers[0].router_bias.shape(), Shape({8}));
+  ASSERT_TRUE(d.layers[0].shared_expert.has_value());
+  EXPECT_EQ(d.layers[0].shared_expert->intermediate, 128);
+  Model q = load_model(test::gen_model(s, "qwen3_moe", "bf16", "qw"));
+  EXPECT_EQ(q.layers[0].config.router.kind, RouterKind::kSoftmaxTopK);
+  EXPECT_TRUE(q.layers[0].config.router.renormalize);
+  EXPECT_FALSE(q.layers[0].shared_expert.has_value());
+  EXPECT_EQ(q.layers[0].router_weight.shape(), Shape({8, 256}));
+}
+
+// The same weights through compressed-tensors (divide by weight_global_scale) and ModelOpt
+// (multiply by weight_scale_2) give the same canonical multiplier.
+TEST(ModelsLoad, Nvfp4GlobalScaleConventionsAgree) {
+  ModelScratch s("nvfp4");
+  Model ct = load_model(test::gen_model(s, "mixtral", "ct-nvfp4", "ct"));
+  Model mo = load_model(test::gen_model(s, "mixtral", "modelopt-nvfp4", "mo"));
+  const ExpertWeights &a = ct.layers[0].experts, &b = mo.layers[0].experts;
+  ASSERT_EQ(a.w13.global_scale.shape(), Shape({8, 2}));
+  for (int64_t i = 0; i < a.w13.global_scale.numel(); ++i) {
+    float x = a.w13.global_scale.data<float>()[i], y = b.w13.global_scale.data<float>()[i];
+    EXPECT_NEAR(x, y, 1e-6f * y) << i;  // 1/(1/g) in fp32: within an ulp or two
+    EXPECT_LT(x, 1e-3f);                // amax/(6*448): a multiplier, not 448*6/amax
+  }
+  EXPECT_NE(ct.layers[0].global_scale_convention.find("compressed-tensors"), std::string::npos);
+  EXPECT_NE(mo.layers[0].global_scale_convention.find("modelopt"), std::string::npos);
+}
+
+TEST(ModelsLoad, TensorParallelSlicesMatchTheWhole) {
+  ModelScratch s("tp");
+  for (const char* fmt : {"ct-w4a16-asym", "ct-fp8-dynamic", "ct-nvfp4", "gptq"}) {
+    SCOPED_TRACE(fmt);
+    std::string dir = test::gen_model(s, "qwen3_moe", fmt, fmt, 256);
+    Model full = load_model(dir);
+    const ExpertWeights& f = full.layers[0].experts;
+    const int64_t E = 8, H = 256, I = 256, Is = 128;
+    Tensor f13 = ref::dequantize_proj(f, true), f2 = ref::dequantize_proj(f, false);
+    for (int r = 0; r < 2; ++r) {
+      LoadOptions o;
+      o.tp_rank = r, o.tp_size = 2;
+      Model part = load_model(dir, o);
+      const ExpertWeights& p = part.layers[0].experts;
+      ASSERT_EQ(p.intermediate, Is);
+      Tensor p13 = ref::dequantize_proj(p, true), p2 = ref::dequantize_proj(p, false);
+      for (int64_t e = 0; e < E; ++e)
+        for (int64_t n = 0; n < Is; ++n)
+          for (int64_t k = 0; k < H; ++k) {
+            ASSERT_EQ(p13.data<float>()[(e * 2 * Is + n) * H + k], f13.data<float>()[(e * 2 * I + r * Is + n) * H + k]);
+            ASSERT_EQ(p13.data<float>()[(e * 2 * Is + Is + n) * H + k], f13.data<float>()[(e * 2 * I + I + r * Is + n) * H + k]);
+            ASSERT_EQ(p2.data<float>()[(e * H + k) * Is + n], f2.data<float>()[(e * H + k) * I + r * Is + n]);
+          }
+    }
+  }
+}
+
+TEST(ModelsLoad, TensorParallelSizeThatDoesNotDivideNamesTheOnesThatWork) {
+  ModelScratch s("tpbad");
+  std::string dir = test::gen_model(s, "qwen3_moe", "ct-w4a16", "w4", 256);
+  LoadOptions o;
+  o.tp_size = 4;  // I/tp = 64, not a multiple of the group 128
+  try {
+    load_model(dir, o);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kBadInput);
+    std::string m = e.what();
+    EXPECT_NE(m.find("TP size 4"), std::string::npos) << m;
+    EXPECT_NE(m.find("group 128"), std::string::npos) << m;
+    EXPECT_NE(m.find("TP sizes that work: 1, 2"), std::string::npos) << m;
+  }
+  std::string ds = test::gen_model(s, "deepseek_v3", "deepseek-fp8", "ds");
+  o.tp_size = 2;  // I/tp = 64 < the 128 fp8 block
+  try {
+    load_model(ds, o);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    std::string m = e.what();
+    EXPECT_NE(m.find("fp8 block 128x128"), std::string::npos) << m;
+    EXPECT_NE(m.find("TP sizes that work: 1"), std::string::npos) << m;
+  }
+}
+
+TEST(ModelsLoad, ExpertParallelKeepsAContiguousRange) {
+  ModelScratch s("ep");
+  std::string dir = test::gen_model(s, "mixtral", "ct-fp8", "fp8");
+  Model full = load_model(dir);
+  LoadOptions o;
+  o.ep_rank = 1, o.ep_size = 2;
+  Model part = load_model(dir, o);
+  const MoeLayerSpec& p = part.layers[1];
+  EXPECT_EQ(p.experts.num_experts, 4);
+  EXPECT_EQ(p.config.num_experts, 8);
+  EXPECT_EQ(p.config.expert_map, std::vector<int32_t>({-1, -1, -1, -1, 0, 1, 2, 3}));
+  Tensor a = ref::dequantize_proj(p.experts, true), b = ref::dequantize_proj(full.layers[1].experts, true);
+  const int64_t per = a.numel() / 4;
+  for (int64_t i = 0; i < a.numel(); ++i) ASSERT_EQ(a.data<float>()[i], b.data<float>()[4 * per + i]);
+  o.ep_size = 3, o.ep_rank = 0;
+  EXPECT_THROW(load_model(dir, o), Error);
+}
+
+// ---- bad inputs: one error naming the file / tensor / layer ----------------------------------
+std::string load_error(const std::string& dir, ErrorKind kind = ErrorKind::kBadInput) {
+  try {
+    load_model(dir);
+  } catch (const Error& e) {
+    EXPECT_EQ(static_cast<int>(e.kind()), static_cast<int>(kind)) << e.what();
+    std::string m = e.what();
+    EXPECT_EQ(m.find('\n'), std::string::npos) << "one line: " << m;
+    return m;
+  }
+  ADD_FAILURE() << "no error for " << dir;
+  return "";
+}
+bool has(const std::string& s, const std::string& sub) { return s.find(sub) != std::string::npos; }
+
+TEST(ModelsBadInput, TransposedExpertTensor) {
+  ModelScratch s("transposed");
+  std::string dir = test::gen_model(s, "mixtral", "bf16");
+  test::edit_checkpoint(dir, [](std::vector<test::EditTensor>& ts) {
+    test::find_tensor(ts, "model.layers.1.block_sparse_moe.experts.5.w2.weight")->shape = {128, 256};
+  });
+  std::string m = load_error(dir);
+  EXPECT_TRUE(has(m, "model.layers.1.block_sparse_moe.experts.5.w2.weight")) << m;
+  EXPECT_TRUE(has(m, "layer 1 expert 5 w2")) << m;
+  EXPECT_TRUE(has(m, "shape [128, 256], expected [256, 128] (out x in)")) << m;
+  EXPECT_TRUE(has(m, "model.safetensors")) << m;
+}
+
+TEST(ModelsBadInput, TransposedFusedLlama4Tensor) {
+  ModelScratch s("transposed4");
+  std::string dir = test::gen_model(s, "llama4", "modelopt-nvfp4");
+  test::edit_checkpoint(dir, [](std::vector<test::EditTensor>& ts) {
+    test::find_tensor(ts, "model.layers.1.feed_forward.experts.down_proj")->shape = {8, 256, 64};  // out x in/2
+  });
+  std::string m = load_error(dir);
+  EXPECT_TRUE(has(m, "experts.down_proj")) << m;
+  EXPECT_TRUE(has(m, "expected [8, 64, 256]")) << m;
+}
+
+TEST(ModelsBadInput, MissingTensorGateUpMismatchAndBadScales) {
+  ModelScratch s("bad");
+  const std::string p = "model.layers.0.mlp.experts.3.";
+  {
+    std::string dir = test::gen_model(s, "qwen3_moe", "ct-w4a16", "missing");
+    test::edit_checkpoint(dir, [&](std::vector<test::EditTensor>& ts) { test::find_tensor(ts, p + "up_proj.weight_scale")->name = ""; });
+    std::string m = load_error(dir);
+    EXPECT_TRUE(has(m, "missing tensor " + p + "up_proj.weight_scale")) << m;
+  }
+  {
+    std::string dir = test::gen_model(s, "qwen3_moe", "bf16", "gateup");
+    test::edit_checkpoint(dir, [&](std::vector<test::EditTensor>& ts) {
+      test::EditTensor* u = test::find_tensor(ts, p + "up_proj.weight");
+      u->shape = {64, 256};
+      u->bytes.resize(64 * 256 * 2);
+    });
+    std::string m = load_error(dir);
+    EXPECT_TRUE(has(m, p + "up_proj.weight") && has(m, "shape [64, 256], expected [128, 256]")) << m;
+  }
+  {
+    std::string dir = test::gen_model(s, "qwen3_moe", "ct-w4a16", "nan");
+    test::edit_checkpoint(dir, [&](std::vector<test::EditTensor>& ts) {
+      test::EditTensor* sc = test::find_tensor(ts, p + "down_proj.weight_scale");
+      sc->bytes[10] = 0xc0, sc->bytes[11] = 0x7f;  // bf16 NaN at element 5
+    });
+    std::string m = load_error(dir);
+    EXPECT_TRUE(has(m, "layer 0") && has(m, "NaN") && has(m, "w2.scale")) << m;
+  }
+  {
+    std::string dir = test::gen_model(s, "qwen3_moe", "ct-nvfp4", "zero");
+    test::edit_checkpoint(dir, [&](std::vector<test::EditTensor>& ts) {
+      auto* g = test::find_tensor(ts, p + "gate_proj.weight_global_scale");
+      std::fill(g->bytes.begin(), g->bytes.end(), 0);
+    });
+    std::string m = load_error(dir);
+    EXPECT_TRUE(has(m, p + "gate_proj.weight_global_scale") && has(m, "finite positive")) << m;
+  }
+  {
+    std::string dir = test::gen_model(s, "qwen3_moe", "ct-nvfp4", "dtype");
+    test::edit_checkpoint(dir, [&](std::vector<test::EditTensor>& ts) { test::find_tensor(ts, p + "up_proj.weight_scale")->dtype = DType::kU8; });
+    std::string m = load_error(dir);
+    EXPECT_TRUE(has(m, p + "up_proj.weight_scale") && has(m, "dtype U8, expected F8_E4M3")) << m;
+  }
+  {
+    std::string dir = test::gen_model(s, "qwen3_moe", "ct-w4a16", "inf");
+    test::edit_checkpoint(dir, [&](std::vector<test::EditTensor>& ts) {
+      auto* sc = test::find_tensor(ts, p + "gate_proj.weight_scale");
+      sc->bytes[0] = 0x80, sc->bytes[1] = 0x7f;  // bf16 +Inf
+    });
+    std::string m = load_error(dir);
+    EXPECT_TRUE(has(m, "Inf")) << m;
+  }
+}
+
+TEST(ModelsBadInput, UnsupportedSchemeAndMixedGateUpDown) {
+  ModelScratch s("unsup");
+  std::string dir = test::gen_model(s, "mixtral", "ct-fp8-dynamic");
+  nlohmann::json cfg;
+  std::ifstream(dir + "/config.json") >> cfg;
+  auto& acts = cfg["quantization_config"]["config_groups"]["group_0"]["input_activations"];
+  acts["strategy"] = "channel";  // static per-channel fp8 activations: no MoE method runs them
+  acts["dynamic"] = false;
+  std::ofstream(dir + "/config.json") << cfg.dump(2);
+  std::string m = load_error(dir, ErrorKind::kUnsupported);
+  EXPECT_TRUE(has(m, "layer 0")) << m;
+
+  // down_proj quantized differently from gate/up (an extra group targeting it)
+  std::string d2 = test::gen_model(s, "mixtral", "ct-w4a16", "mixed");
+  std::ifstream(d2 + "/config.json") >> cfg;
+  auto g1 = cfg["quantization_config"]["config_groups"]["group_0"];
+  g1["targets"] = {"re:.*w2$"};
+  g1["weights"]["num_bits"] = 8;
+  cfg["quantization_config"]["config_groups"]["group_1"] = g1;
+  std::ofstream(d2 + "/config.json") << cfg.dump(2);
+  m = load_error(d2, ErrorKind::kUnsupported);
+  EXPECT_TRUE(has(m, "layer 0") && has(m, "down")) << m;
+}
+
+TEST(ModelsBadInput, NonMoeTensorsDoNotConfuseTheLoader) {
+  ModelScratch s("extra");
+  std::string dir = test::gen_model(s, "qwen3_moe", "ct-w8a16");
+  // An unexpected non-MoE tensor and an extra MoE-looking one outside the expert range are ignored.
+  test::edit_checkpoint(dir, [](std::vector<test::EditTensor>& ts) {
+    ts.push_back({"model.layers.0.mlp.experts.99.odd_proj.weight", DType::kBF16, {2, 2}, std::vector<uint8_t>(8, 1)});
+    ts.push_back({"vision_tower.patch_embed.weight", DType::kF32, {3}, std::vector<uint8_t>(12, 0)});
+  });
+  Model m = load_model(dir);
+  EXPECT_EQ(m.layers.size(), 2u);
+  EXPECT_EQ(m.layers[0].experts.scheme.kind, SchemeKind::kWNA16);
+}
+
+}  // namespace
+}  // namespace qmoe

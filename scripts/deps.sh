@@ -19,7 +19,7 @@ if [ ${#need_apt[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}"
 fi
 py_need=()
-for mod in numpy ml_dtypes safetensors pytest; do
+for mod in numpy ml_dtypes safetensors pytest nanobind; do
   python3 -c "import $mod" 2>/dev/null || py_need+=("$mod")
 done
 if [ ${#py_need[@]} -gt 0 ]; then

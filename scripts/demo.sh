@@ -62,11 +62,11 @@ set +e
 $Q verify "$OUT/deepseek_v3-deepseek-fp8" --tp 2 2>&1 | head -1
 set -e
 
-if $Q run --help >/dev/null 2>&1; then
-  run run "$OUT/qwen3_moe-gptq" --tokens 4
-fi
-if $Q bench --help >/dev/null 2>&1; then
-  run bench --backend cpu --shape 8,2,256,128 --m 1 || echo "(bench failed; see above)"
+has_cmd() { $Q --help | grep -qE "^  $1 "; }
+run run "$OUT/qwen3_moe-gptq" --tokens 4 --backend cpu
+run run "$OUT/llama4-modelopt-nvfp4" --tokens 4 --backend reference
+if has_cmd bench; then
+  run bench --backend cpu --shape 8,2,256,128 --m 1,8 --scheme int4,nvfp4 --iters 3 || echo "(bench failed; see above)"
 else
   echo; echo "(qmoe bench is not in this build; skipped)"
 fi

@@ -87,7 +87,7 @@ TpConstraint tp_constraint(const ExpertWeights& w) {
                                           : w.scheme.kind != SchemeKind::kUnquantized && w.scheme.weights.num_bits == 4;
   if (four) need(2, "4-bit weights packed two per byte");
   if (w.block[0] > 0) {
-    need(w.block[0], str("fp8 block ", w.block[0], "x", w.block[1], " (w13 rows)"));
+    need(w.block[0], str("fp8 block ", w.block[0], "x", w.block[1]));
     need(w.block[1], str("fp8 block ", w.block[0], "x", w.block[1]));
   }
   bool actorder_w2 = w.w2.g_idx.defined() || w.scheme.weights.actorder == ActOrder::kGroup;

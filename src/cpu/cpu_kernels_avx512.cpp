@@ -25,6 +25,7 @@ namespace {
 
 constexpr int kChunk = 256;  // K per decoded tile (16 KB of bf16 for two panels)
 constexpr int kTB = 12;      // tokens per microkernel call
+constexpr int kPrefetch = 1024;  // bytes ahead in a weight stream (software prefetch, L1)
 
 inline __m512bh as_bh(__m512i v) { return (__m512bh)v; }
 
@@ -92,6 +93,7 @@ void decode_bf16_tile(const PackedProj& w, const uint8_t* pc, const uint8_t* zp,
           const int zg = (kq * 4) / w.zp_group;
           if (zg != zg_cur) off = zp_offsets_words(zp + size_t(zg) * kPanelRows), zg_cur = zg;
         }
+        _mm_prefetch(reinterpret_cast<const char*>(pc + size_t(kq) * 32 + kPrefetch), _MM_HINT_T0);
         const __m512i b = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(pc + size_t(kq) * 32)));
         const __m512i lo = _mm512_add_epi16(_mm512_and_si512(b, _mm512_set1_epi16(15)), off);
         const __m512i hi = _mm512_add_epi16(_mm512_srli_epi16(b, 4), off);
@@ -110,6 +112,7 @@ void decode_bf16_tile(const PackedProj& w, const uint8_t* pc, const uint8_t* zp,
           if (zg != zg_cur) zp_dwords(zp + size_t(zg) * kPanelRows, &zlo, &zhi), zg_cur = zg;
         }
         const uint8_t* s = pc + size_t(kp) * 32;
+        _mm_prefetch(reinterpret_cast<const char*>(s + kPrefetch), _MM_HINT_T0);
         const __m512i d0 = _mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s))), zlo);
         const __m512i d1 = _mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 16))), zhi);
         // cvtne2ps(hi, lo) puts lo in words 0..15: rows 0..7 then rows 8..15, the pair layout
@@ -121,6 +124,7 @@ void decode_bf16_tile(const PackedProj& w, const uint8_t* pc, const uint8_t* zp,
     case CodeKind::kFp8: {
       const __m512i sub = e4m3_sub_table();
       for (int i = 0; i < nkp; ++i) {
+        _mm_prefetch(reinterpret_cast<const char*>(pc + size_t(kp0 + i) * 32 + kPrefetch), _MM_HINT_T0);
         const __m512i b = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(pc + size_t(kp0 + i) * 32)));
         const __m512i mag = _mm512_and_si512(b, _mm512_set1_epi16(0x7f));
         // normal e4m3 (exponent field >= 1): bf16 = mag << 4 with the exponent rebased by 127 - 7
@@ -152,7 +156,7 @@ inline __m512 load_scales16(ScaleKind k, const uint8_t* p) {
 }
 
 // C[t][0..31] += (sum over nkp kpairs of a[t] . w) * scale, per segment of seg_kp kpairs.
-template <int TB>
+template <int TB, bool kStream>
 void ukr_bf16(const uint16_t* w0, const uint16_t* w1, int nkp, int seg_kp, const uint16_t* a, size_t lda, float* C,
               const float* sc, const float* tg, size_t tg_ld) {
   for (int s0 = 0, seg = 0; s0 < nkp; s0 += seg_kp, ++seg) {
@@ -160,6 +164,10 @@ void ukr_bf16(const uint16_t* w0, const uint16_t* w1, int nkp, int seg_kp, const
     __m512 acc0[TB], acc1[TB];
     for (int t = 0; t < TB; ++t) acc0[t] = _mm512_setzero_ps(), acc1[t] = _mm512_setzero_ps();
     for (int kp = s0; kp < s1; ++kp) {
+      if (kStream) {  // weights straight from memory (bf16 checkpoints): keep loads in flight
+        _mm_prefetch(reinterpret_cast<const char*>(w0 + size_t(kp) * 32) + kPrefetch, _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(w1 + size_t(kp) * 32) + kPrefetch, _MM_HINT_T0);
+      }
       const __m512i W0 = _mm512_load_si512(w0 + size_t(kp) * 32), W1 = _mm512_load_si512(w1 + size_t(kp) * 32);
       for (int t = 0; t < TB; ++t) {
         int32_t pair;
@@ -192,6 +200,8 @@ void ukr_s8(const uint8_t* w0, const uint8_t* w1, int nkq, int seg_kq, const int
     __m512i acc0[TB], acc1[TB];
     for (int t = 0; t < TB; ++t) acc0[t] = _mm512_setzero_si512(), acc1[t] = _mm512_setzero_si512();
     for (int kq = s0; kq < s1; ++kq) {
+      _mm_prefetch(reinterpret_cast<const char*>(w0 + size_t(kq) * 64) + kPrefetch, _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(w1 + size_t(kq) * 64) + kPrefetch, _MM_HINT_T0);
       const __m512i W0 = _mm512_load_si512(w0 + size_t(kq) * 64), W1 = _mm512_load_si512(w1 + size_t(kq) * 64);
       for (int t = 0; t < TB; ++t) {
         int32_t quad;
@@ -306,7 +316,8 @@ bool run_bf16(const GemmJob& j) {
     const uint16_t* abase = a.row<uint16_t>(j.row0) + k0;
     for_token_blocks(T, [&](int t0, auto tb) {
       const float* tgp = tg ? a.group_scale.data() + size_t(j.row0 + t0) * a.num_groups + g0 : nullptr;
-      ukr_bf16<decltype(tb)::value>(wp[0], wp[1], nkp, pl.seg / 2, abase + size_t(t0) * a.ld, size_t(a.ld),
+      auto ukr = w.code == CodeKind::kBF16 ? ukr_bf16<decltype(tb)::value, true> : ukr_bf16<decltype(tb)::value, false>;
+      ukr(wp[0], wp[1], nkp, pl.seg / 2, abase + size_t(t0) * a.ld, size_t(a.ld),
                                     C + size_t(t0) * kJobRows, sc, tgp, size_t(a.num_groups));
     });
   }
@@ -340,6 +351,7 @@ bool run_s8(const GemmJob& j) {
         uint8_t* dst = tile + size_t(h) * (pl.chunk / 4) * 64;
         const uint8_t* src = pc + size_t(k0 / 8) * 64;
         for (int o = 0; o < nkq / 2; ++o) {
+          _mm_prefetch(reinterpret_cast<const char*>(src + size_t(o) * 64) + kPrefetch, _MM_HINT_T0);
           const __m512i b = _mm512_loadu_si512(src + size_t(o) * 64);
           _mm512_store_si512(dst + size_t(2 * o) * 64, _mm512_and_si512(b, _mm512_set1_epi8(15)));
           _mm512_store_si512(dst + size_t(2 * o + 1) * 64, _mm512_and_si512(_mm512_srli_epi16(b, 4), _mm512_set1_epi8(15)));

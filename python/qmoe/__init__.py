@@ -464,10 +464,18 @@ def fused_experts(hidden_states, w1, w2, topk_weights, topk_ids, *, inplace=Fals
                     w2_zp=w2_zp, a1_scale=a1_scale, a2_scale=a2_scale, block_shape=block_shape, w1_bias=w1_bias,
                     w2_bias=w2_bias, group_size=group_size, w1_g_idx=w1_g_idx, w2_g_idx=w2_g_idx,
                     w1_global_scale=w1_global_scale, w2_global_scale=w2_global_scale)
-    if out is None:
-        out = hidden_states if inplace else _empty(hidden_states, tuple(hidden_states.shape), xt[1])
+    target = out
+    if out is None:  # inplace: computed into a fresh buffer, then copied (the kernels never alias x and y)
+        out = _empty(hidden_states, tuple(hidden_states.shape), xt[1])
     _ext.fused_experts(d, xt, _norm(topk_weights, "topk_weights"), _norm(topk_ids, "topk_ids"),
                        _norm_out(out, "out"), _stream(hidden_states, stream))
+    if inplace and target is None:
+        if _framework(hidden_states) == "numpy":
+            import numpy as np
+            np.copyto(hidden_states, out)
+        else:
+            hidden_states[...] = out  # torch / CuPy: a device copy on the current stream
+        return hidden_states
     return out
 
 

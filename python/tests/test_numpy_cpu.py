@@ -153,7 +153,10 @@ def test_the_python_paths_into_the_reference_agree_bitwise(rng):
     assert y4 is out
     borrowed = qmoe.layer_from_tensors(w1, w2, top_k=K, renormalize=True, backend="reference", copy=False)
     y5 = borrowed.forward(np.asfortranarray(x), logits)  # non-contiguous input: made contiguous
-    for other in (y2, y3, y4, y5):
+    x_in = x.copy()
+    y6 = qmoe.fused_experts(x_in, w1, w2, w, ids, backend="reference", inplace=True)
+    assert y6 is x_in
+    for other in (y2, y3, y4, y5, y6):
         np.testing.assert_array_equal(bits(y1), bits(other))
 
 

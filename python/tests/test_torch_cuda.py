@@ -35,8 +35,8 @@ def gen_t():
 
 @pytest.fixture(scope="module", autouse=True)
 def needs_cuda_backend():
-    w1 = torch.ones((1, 32, 16), dtype=torch.bfloat16)
-    w2 = torch.ones((1, 16, 16), dtype=torch.bfloat16)
+    w1 = torch.ones((2, 256, 256), dtype=torch.bfloat16)
+    w2 = torch.ones((2, 256, 128), dtype=torch.bfloat16)
     try:
         qmoe.layer_from_tensors(w1, w2, top_k=1, backend="cuda")
     except qmoe.UnsupportedError as e:
@@ -112,10 +112,10 @@ def test_the_callers_stream_orders_inputs_and_outputs(gen_t):
 
 
 def test_mixed_devices_are_bad_input(gen_t):
-    w1 = rand_signed(gen_t, (4, 64, 32), 0.02, 0.2, torch.bfloat16)
-    w2 = rand_signed(gen_t, (4, 32, 32), 0.02, 0.2, torch.bfloat16)
+    w1 = rand_signed(gen_t, (4, 256, 128), 0.02, 0.2, torch.bfloat16)
+    w2 = rand_signed(gen_t, (4, 128, 128), 0.02, 0.2, torch.bfloat16)
     layer = qmoe.layer_from_tensors(w1, w2, top_k=1, backend="cuda")
-    x = rand_signed(gen_t, (3, 32), 0.1, 1, torch.bfloat16)
+    x = rand_signed(gen_t, (3, 128), 0.1, 1, torch.bfloat16)
     with pytest.raises(qmoe.BadInputError, match="router_logits is on cpu"):
         layer.forward(x, torch.zeros((3, 4)))
     ref_layer = qmoe.layer_from_tensors(w1.cpu(), w2.cpu(), top_k=1, backend="reference")

@@ -1,0 +1,185 @@
+// The qmoe binary end to end: gen -> inspect -> verify exit 0; corruptions that load (swapped
+// gate/up, scales relabeled with another 16-bit dtype) are flagged by verify (exit 1); bad inputs
+// (truncated file, header past the end, overlapping offsets, transposed tensor, broken index,
+// TP size that does not divide, unknown format) give exactly one line "qmoe: error: ..." naming
+// the file / tensor / layer, and exit 2.
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "common/model_edit.h"
+
+namespace qmoe {
+namespace {
+
+struct Result {
+  int code = -1;
+  std::string out;  // stdout
+  std::string err;  // stderr
+};
+
+Result qmoe_cmd(const std::string& args, const std::string& tag) {
+  const std::string err_path = std::string(QMOE_BINARY_DIR) + "/test_cli_" + tag + ".err";
+  std::string cmd = std::string(QMOE_BINARY_DIR) + "/qmoe " + args + " 2>" + err_path;
+  Result r;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) r.out.append(buf, n);
+  int st = pclose(p);
+  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  std::ifstream f(err_path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  r.err = ss.str();
+  std::remove(err_path.c_str());
+  return r;
+}
+
+// Exit 2 and exactly one stderr line starting "qmoe: error: " that contains every fragment.
+void expect_error_line(const Result& r, std::initializer_list<std::string> fragments) {
+  EXPECT_EQ(r.code, 2) << r.err;
+  ASSERT_FALSE(r.err.empty());
+  EXPECT_EQ(r.err.rfind("qmoe: error: ", 0), 0u) << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  for (const std::string& f : fragments) EXPECT_NE(r.err.find(f), std::string::npos) << "missing '" << f << "' in " << r.err;
+}
+
+// Raw safetensors header edit: f(header json) then rewrite with the same data section.
+void edit_header(const std::string& path, const std::function<void(nlohmann::json&)>& f) {
+  std::ifstream in(path, std::ios::binary);
+  std::string raw((std::istreambuf_iterator<char>(in)), {});
+  uint64_t n = 0;
+  memcpy(&n, raw.data(), 8);
+  nlohmann::json h = nlohmann::json::parse(raw.substr(8, n));
+  f(h);
+  std::string hs = h.dump();
+  hs.append((8 - hs.size() % 8) % 8, ' ');
+  uint64_t m = hs.size();
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(reinterpret_cast<const char*>(&m), 8);
+  out << hs << raw.substr(8 + n);
+}
+
+TEST(Cli, GenInspectVerifyRoundTrip) {
+  test::ModelScratch s("cli_ok");
+  for (const char* pair : {"mixtral ct-w4a16-asym", "llama4 modelopt-fp8", "gpt_oss gpt-oss-mxfp4", "deepseek_v3 awq"}) {
+    std::string arch(pair, strchr(pair, ' ')), fmt(strchr(pair, ' ') + 1);
+    std::string dir = s / (arch + "-" + fmt);
+    Result g = qmoe_cmd("gen --arch " + arch + " --format " + fmt + " --out " + dir + " --layers 1", "gen");
+    ASSERT_EQ(g.code, 0) << g.err;
+    Result i = qmoe_cmd("inspect " + dir + " --json", "inspect");
+    ASSERT_EQ(i.code, 0) << i.err;
+    nlohmann::json j = nlohmann::json::parse(i.out);
+    EXPECT_EQ(j["arch"], arch);
+    ASSERT_EQ(j["layers"].size(), 1u);
+    EXPECT_TRUE(j["layers"][0]["methods"]["reference"].contains("method")) << i.out;
+    Result v = qmoe_cmd("verify " + dir + " --reference " + dir + "/bf16 --tokens 4", "verify");
+    EXPECT_EQ(v.code, 0) << v.out << v.err;
+    EXPECT_NE(v.out.find("all checks passed"), std::string::npos) << v.out;
+  }
+  Result l = qmoe_cmd("gen --list-formats", "list");
+  EXPECT_EQ(l.code, 0);
+  EXPECT_NE(l.out.find("modelopt-w4a16-nvfp4"), std::string::npos);
+}
+
+TEST(Cli, VerifyFlagsSwappedGateUpAndWrongScaleDtype) {
+  test::ModelScratch s("cli_flag");
+  std::string dir = s / "m";
+  ASSERT_EQ(qmoe_cmd("gen --arch qwen3_moe --format ct-w4a16 --out " + dir + " --reference-out " + s / "ref", "g").code, 0);
+  std::string st = dir + "/model.safetensors";
+  std::string orig;
+  {
+    std::ifstream in(st, std::ios::binary);
+    orig.assign((std::istreambuf_iterator<char>(in)), {});
+  }
+  // gate and up of one expert swapped (a wrong name map): loads, but the weights are wrong.
+  edit_header(st, [](nlohmann::json& h) {
+    const std::string a = "model.layers.1.mlp.experts.2.gate_proj.", b = "model.layers.1.mlp.experts.2.up_proj.";
+    for (const char* t : {"weight_packed", "weight_scale", "weight_shape"}) std::swap(h[a + t], h[b + t]);
+  });
+  Result v = qmoe_cmd("verify " + dir + " --reference " + s / "ref" + " --tokens 4", "swap");
+  EXPECT_EQ(v.code, 1) << v.out << v.err;
+  EXPECT_NE(v.out.find("FLAGGED layer 1 w13"), std::string::npos) << v.out;
+  EXPECT_EQ(v.err.rfind("qmoe: error: verify:", 0), 0u) << v.err;
+  // bf16 scales relabeled as fp16 (the seed bug, the other way round): same bytes, other values.
+  std::ofstream(st, std::ios::binary | std::ios::trunc) << orig;
+  edit_header(st, [](nlohmann::json& h) {
+    for (auto& [k, v] : h.items())
+      if (k.find("layers.0.mlp.experts.") != std::string::npos && k.find("weight_scale") != std::string::npos) v["dtype"] = "F16";
+  });
+  v = qmoe_cmd("verify " + dir + " --reference " + s / "ref" + " --tokens 4", "dtype");
+  EXPECT_EQ(v.code, 1) << v.out << v.err;
+  EXPECT_NE(v.out.find("FLAGGED layer 0"), std::string::npos) << v.out;
+}
+
+TEST(Cli, BadInputsGiveOneErrorLineAndExit2) {
+  test::ModelScratch s("cli_bad");
+  auto fresh = [&](const std::string& name, const std::string& arch = "mixtral", const std::string& fmt = "ct-fp8",
+                   const std::string& extra = "") {
+    std::string dir = s / name;
+    Result g = qmoe_cmd("gen --arch " + arch + " --format " + fmt + " --out " + dir + " --reference-out - " + extra, "g");
+    EXPECT_EQ(g.code, 0) << g.err;
+    return dir;
+  };
+  std::string dir = fresh("trunc");
+  std::string st = dir + "/model.safetensors";
+  std::filesystem::resize_file(st, std::filesystem::file_size(st) / 2);
+  expect_error_line(qmoe_cmd("inspect " + dir, "trunc"), {"model.safetensors"});
+
+  dir = fresh("hdr");
+  st = dir + "/model.safetensors";
+  {
+    std::fstream f(st, std::ios::binary | std::ios::in | std::ios::out);
+    uint64_t huge = 1ull << 40;
+    f.write(reinterpret_cast<const char*>(&huge), 8);
+  }
+  expect_error_line(qmoe_cmd("verify " + dir, "hdr"), {"model.safetensors"});
+
+  dir = fresh("overlap");
+  edit_header(dir + "/model.safetensors", [](nlohmann::json& h) {
+    auto& a = h["model.layers.0.block_sparse_moe.experts.1.w1.weight"]["data_offsets"];
+    auto& b = h["model.layers.0.block_sparse_moe.experts.1.w3.weight"]["data_offsets"];
+    b = a;  // two tensors on the same bytes
+  });
+  expect_error_line(qmoe_cmd("inspect " + dir, "overlap"), {"model.safetensors"});
+
+  dir = fresh("transposed", "mixtral", "bf16");
+  edit_header(dir + "/model.safetensors", [](nlohmann::json& h) {
+    h["model.layers.1.block_sparse_moe.experts.5.w2.weight"]["shape"] = {128, 256};
+  });
+  expect_error_line(qmoe_cmd("inspect " + dir, "transposed"),
+                    {"model.layers.1.block_sparse_moe.experts.5.w2.weight", "layer 1 expert 5 w2",
+                     "shape [128, 256], expected [256, 128] (out x in)"});
+
+  dir = fresh("index", "qwen3_moe", "ct-w8a16", "--shards 3");
+  {
+    std::ofstream(dir + "/model.safetensors.index.json") << "{\"weight_map\": {\"model.norm.weight\": \"model-00009-of-00003.safetensors\"";
+  }
+  expect_error_line(qmoe_cmd("inspect " + dir, "index"), {"model.safetensors.index.json"});
+
+  dir = fresh("tp", "qwen3_moe", "ct-nvfp4", "--intermediate 48");
+  expect_error_line(qmoe_cmd("verify " + dir + " --tp 2", "tp"), {"layer 0", "TP size 2", "TP sizes that work: 1, 3"});
+
+  dir = fresh("nan", "qwen3_moe", "ct-fp8-dynamic");
+  test::edit_checkpoint(dir, [](std::vector<test::EditTensor>& ts) {
+    auto* t = test::find_tensor(ts, "model.layers.1.mlp.experts.6.down_proj.weight_scale");
+    t->bytes[0] = 0xc0, t->bytes[1] = 0x7f;  // NaN
+  });
+  expect_error_line(qmoe_cmd("inspect " + dir, "nan"), {"layer 1", "NaN", "w2.scale"});
+
+  expect_error_line(qmoe_cmd("gen --arch gpt_oss --format gptq --out " + s / "x", "fmt"),
+                    {"format 'gptq' does not apply to arch gpt_oss", "gpt-oss-mxfp4"});
+  expect_error_line(qmoe_cmd("gen --arch mixtral --format int3 --out " + s / "y", "fmt2"), {"unknown format 'int3'"});
+  expect_error_line(qmoe_cmd("inspect " + s / "does-not-exist", "nodir"), {"does-not-exist"});
+}
+
+}  // namespace
+}  // namespace qmoe

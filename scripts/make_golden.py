@@ -7,8 +7,15 @@ the library's registered compressor for the format (pack-quantized, int-quantize
 float-quantized, nvfp4-pack-quantized, mxfp4-pack-quantized) and decompressed again by the same
 library. The compressed tensors, the library's decompressed weight and the scheme (JSON, in the
 file's __metadata__ under "scheme.<case>") are written to tests/golden/ct_golden.safetensors
-(~100 KB). tests/formats/test_golden.cpp checks that qmoe's unpacking + codecs reproduce the
+(~350 KB). tests/formats/test_golden.cpp checks that qmoe's unpacking + codecs reproduce the
 library's decompressed weights bit for bit.
+
+actorder="group" (a weight_g_idx tensor mapping columns to groups) was removed from
+compressed-tensors in 2026; with a version that still has it (0.16.0 was used) the script also
+writes tests/golden/ct_golden_actorder.safetensors. The committed fixtures were made with
+  pip install torch compressed-tensors safetensors      # 0.20.1: ct_golden.safetensors
+  pip install --no-deps --target /tmp/ct016 compressed-tensors==0.16.0
+  PYTHONPATH=/tmp/ct016 python scripts/make_golden.py    # adds ct_golden_actorder.safetensors
 
 Needs: torch, compressed-tensors, safetensors (pip). Usage: scripts/make_golden.py [OUT_DIR]
 """
@@ -33,10 +40,15 @@ def rand_weight(gen, n, k, dtype):
     return w.to(dtype)
 
 
-def reduce_minmax(w, args):
+def reduce_minmax(w, args, g_idx=None):
     """Per-strategy min / max of w [N, K] (the observer's reduction)."""
     s = args.strategy
     n, k = w.shape
+    if g_idx is not None:  # activation order: group g holds the columns with g_idx == g
+        ng = k // args.group_size
+        mins = torch.stack([w[:, g_idx == g].amin(dim=1) for g in range(ng)], dim=1)
+        maxs = torch.stack([w[:, g_idx == g].amax(dim=1) for g in range(ng)], dim=1)
+        return mins, maxs
     if s in ("group", "tensor_group"):
         g = w.reshape(n, k // args.group_size, args.group_size)
         return g.amin(dim=-1), g.amax(dim=-1)
@@ -85,6 +97,26 @@ CASES = {
               None, 37, 96, torch.bfloat16),
 }
 
+# Only with a compressed-tensors version that still has actorder="group" (weight_g_idx).
+CASES_ACTORDER = {
+    "w4a16_asym_g64_actorder_group": ("pack-quantized", dict(num_bits=4, type="int", symmetric=False, strategy="group",
+                                                             group_size=64, actorder="group"),
+                                      None, 23, 320, torch.bfloat16),
+    "w4a16_sym_g32_actorder_group": ("pack-quantized", dict(num_bits=4, type="int", symmetric=True, strategy="group",
+                                                            group_size=32, actorder="group"),
+                                     None, 19, 96, torch.float16),
+}
+
+
+def supports_actorder_group():
+    try:
+        args = QuantizationArgs(num_bits=4, type="int", strategy="group", group_size=32, actorder="group")
+    except ValueError:  # pydantic: "actorder='group' has been removed"
+        return False
+    scheme = QuantizationScheme(targets=["Linear"], weights=args)
+    comp = BaseCompressor.get_value_from_registry("pack-quantized")
+    return "weight_g_idx" in comp.compression_param_names(scheme)
+
 
 def dtype_arg(d):
     return getattr(torch, d) if isinstance(d, str) else d
@@ -104,8 +136,16 @@ def make_case(name, spec, gen):
         ia = QuantizationArgs(**aa)
     scheme = QuantizationScheme(targets=["Linear"], weights=args, input_activations=ia, format=fmt)
     w = rand_weight(gen, n, k, dtype)
-    mn, mx = reduce_minmax(w, args)
+    g_idx = None
+    if args.actorder == "group":
+        # GPTQ order: columns ranked by a (random) activation order, group = rank // group_size.
+        perm = torch.randperm(k, generator=gen)
+        g_idx = torch.empty(k, dtype=torch.int32)
+        g_idx[perm] = torch.arange(k, dtype=torch.int32) // args.group_size
+    mn, mx = reduce_minmax(w, args, g_idx)
     sd = {"weight": w}
+    if g_idx is not None:
+        sd["weight_g_idx"] = g_idx
     gscale = None
     if args.strategy == "tensor_group":
         gscale = generate_gparam(w.amin(), w.amax())  # 448 * 6 / amax, fp32 [1]
@@ -135,23 +175,31 @@ def make_case(name, spec, gen):
     return out, json.dumps(meta, sort_keys=True)
 
 
-def main():
-    out_dir = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "tests", "golden")
-    os.makedirs(out_dir, exist_ok=True)
-    gen = torch.Generator().manual_seed(20240611)
+def write_fixture(path, cases, seed):
+    gen = torch.Generator().manual_seed(seed)
     tensors, metadata = {}, {
         "generator": "scripts/make_golden.py",
         "compressed_tensors": compressed_tensors.__version__,
         "torch": torch.__version__,
     }
-    for name, spec in CASES.items():
+    for name, spec in cases.items():
         t, m = make_case(name, spec, gen)
         tensors.update(t)
         metadata[f"scheme.{name}"] = m
         print(f"{name}: " + ", ".join(f"{k.split('.', 1)[1]} {tuple(v.shape)} {v.dtype}" for k, v in t.items()))
-    path = os.path.join(out_dir, "ct_golden.safetensors")
     save_file(tensors, path, metadata=metadata)
     print(f"wrote {path} ({os.path.getsize(path)} bytes)")
+
+
+def main():
+    out_dir = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(__file__), "..", "tests", "golden")
+    os.makedirs(out_dir, exist_ok=True)
+    print(f"compressed-tensors {compressed_tensors.__version__}, torch {torch.__version__}")
+    if supports_actorder_group():
+        write_fixture(os.path.join(out_dir, "ct_golden_actorder.safetensors"), CASES_ACTORDER, 7)
+    else:
+        print("this compressed-tensors has no actorder='group' (weight_g_idx): ct_golden_actorder.safetensors not written")
+        write_fixture(os.path.join(out_dir, "ct_golden.safetensors"), CASES, 20240611)
 
 
 if __name__ == "__main__":

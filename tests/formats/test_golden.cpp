@@ -11,6 +11,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <functional>
 
 #include "checkpoint/ckpt_test_util.h"
 #include "checkpoint/json_strict.h"
@@ -26,11 +27,20 @@ namespace qmoe {
 namespace {
 using json = nlohmann::json;
 
-const std::string kFixture = std::string(QMOE_SOURCE_DIR) + "/tests/golden/ct_golden.safetensors";
+const std::string kGoldenDir = std::string(QMOE_SOURCE_DIR) + "/tests/golden/";
 
-const char* kCases[] = {"w4a16_sym_g128", "w4a16_asym_g64", "w4a16_sym_g32_actorder_weight", "w8a16_channel",
-                        "int8_w8a8",      "fp8_tensor",     "fp8_channel",                   "fp8_block",
-                        "nvfp4",          "mxfp4"};
+// ct_golden.safetensors: compressed-tensors 0.20; ct_golden_actorder.safetensors: 0.16 (the last
+// versions with actorder="group" / weight_g_idx).
+struct Fixture {
+  const char* file;
+  std::vector<std::string> cases;
+};
+const Fixture kFixtures[] = {
+    {"ct_golden.safetensors",
+     {"w4a16_sym_g128", "w4a16_asym_g64", "w4a16_sym_g32_actorder_weight", "w8a16_channel", "int8_w8a8", "fp8_tensor",
+      "fp8_channel", "fp8_block", "nvfp4", "mxfp4"}},
+    {"ct_golden_actorder.safetensors", {"w4a16_asym_g64_actorder_group", "w4a16_sym_g32_actorder_group"}},
+};
 
 struct Case {
   std::string name, format;
@@ -92,6 +102,11 @@ class LibraryFormula {
       EXPECT_EQ(shape.data<int64_t>()[1], c.K);
       codes_ = formats::ct_unpack_int32(f.get(p + "weight_packed"), w.num_bits, c.K);
       if (!w.symmetric) zp_ = formats::ct_unpack_int32_dim0(f.get(p + "weight_zero_point"), w.num_bits, c.N);
+      if (w.actorder == ActOrder::kGroup) {
+        g_idx_ = f.get(p + "weight_g_idx");
+        EXPECT_EQ(g_idx_.dtype(), DType::kI32);
+        EXPECT_EQ(g_idx_.numel(), c.K);
+      }
     } else if (c.format == "int-quantized" || c.format == "float-quantized") {
       q_ = f.get(p + "weight");
     } else {  // nvfp4 / mxfp4
@@ -103,17 +118,20 @@ class LibraryFormula {
   float operator()(int64_t n, int64_t k) const {
     const QuantArgs& w = *c_.mq.weights;
     const int64_t ng = scale_.dim() >= 2 ? scale_.size(-1) : 1;
+    // With activation order the library sorts columns by g_idx and groups them contiguously; for
+    // GPTQ-style g_idx (every group exactly group_size columns) that is group g_idx[k].
+    const int64_t grp = g_idx_.defined() ? g_idx_.data<int32_t>()[k] : k / w.group_size.value_or(1);
     float s;
     switch (w.strat()) {
       case Strategy::kGroup:
-      case Strategy::kTensorGroup: s = scale_elem(n * ng + k / *w.group_size); break;
+      case Strategy::kTensorGroup: s = scale_elem(n * ng + grp); break;
       case Strategy::kChannel: s = scale_elem(n); break;
       case Strategy::kBlock: s = scale_elem((n / (*w.block_structure)[0]) * ng + k / (*w.block_structure)[1]); break;
       default: s = scale_elem(0); break;
     }
     if (c_.format == "pack-quantized") {
       const int off = 1 << (w.num_bits - 1);
-      float z = zp_.defined() ? static_cast<float>(zp_.data<uint8_t>()[n * zp_.size(1) + k / *w.group_size]) : off;
+      float z = zp_.defined() ? static_cast<float>(zp_.data<uint8_t>()[n * zp_.size(1) + grp]) : off;
       // library: (x_q - zp) in the scale dtype (exact small integers), times the scale.
       return (static_cast<float>(codes_.data<uint8_t>()[n * c_.K + k]) - z) * s;
     }
@@ -130,7 +148,7 @@ class LibraryFormula {
     return elem(scale_, i);
   }
   const Case& c_;
-  Tensor scale_, codes_, zp_, q_;
+  Tensor scale_, codes_, zp_, q_, g_idx_;
   float global_ = 1.f;
 };
 
@@ -141,29 +159,30 @@ models::ModuleFormat module_format(const std::string& f) {
   return models::ModuleFormat::kCtNaive;
 }
 
-class Golden : public ::testing::Test {
- protected:
-  void SetUp() override {
-    if (!std::filesystem::exists(kFixture))
-      GTEST_SKIP() << kFixture << " is absent: run scripts/make_golden.py (needs torch + compressed-tensors)";
-    file_ = SafetensorsFile::open(kFixture);
+// Runs `body(file, case)` for every case of every fixture present; skips when none is.
+void for_each_case(const std::function<void(const SafetensorsFile&, const std::string&)>& body) {
+  int present = 0;
+  for (const auto& fx : kFixtures) {
+    const std::string path = kGoldenDir + fx.file;
+    if (!std::filesystem::exists(path)) continue;
+    ++present;
+    auto f = SafetensorsFile::open(path);
+    EXPECT_EQ(f->metadata().at("generator"), "scripts/make_golden.py");
+    for (const auto& name : fx.cases) {
+      SCOPED_TRACE(std::string(fx.file) + ": " + name);
+      ASSERT_TRUE(f->metadata().count("scheme." + name));
+      body(*f, name);
+    }
   }
-  std::shared_ptr<SafetensorsFile> file_;
-};
-
-TEST_F(Golden, FixtureNamesTheLibrary) {
-  EXPECT_EQ(file_->metadata().at("generator"), "scripts/make_golden.py");
-  EXPECT_FALSE(file_->metadata().at("compressed_tensors").empty());
-  for (const char* name : kCases) EXPECT_TRUE(file_->metadata().count(std::string("scheme.") + name)) << name;
+  if (!present) GTEST_SKIP() << "no fixtures in " << kGoldenDir << ": run scripts/make_golden.py (needs torch + compressed-tensors)";
 }
 
-TEST_F(Golden, LibraryFormulaBitExact) {
-  for (const char* name : kCases) {
-    SCOPED_TRACE(name);
-    Case c = load_case(*file_, name);
-    Tensor lib = file_->get(c.name + ".decompressed");
+TEST(Golden, LibraryFormulaBitExact) {
+  for_each_case([](const SafetensorsFile& file, const std::string& name) {
+    Case c = load_case(file, name);
+    Tensor lib = file.get(c.name + ".decompressed");
     ASSERT_EQ(lib.shape(), (Shape{c.N, c.K}));
-    LibraryFormula ours(*file_, c);
+    LibraryFormula ours(file, c);
     int64_t bad = 0;
     for (int64_t n = 0; n < c.N; ++n)
       for (int64_t k = 0; k < c.K; ++k) {
@@ -172,21 +191,21 @@ TEST_F(Golden, LibraryFormulaBitExact) {
           ADD_FAILURE() << "(" << n << ", " << k << "): qmoe " << ours(n, k) << " library " << elem(lib, i);
       }
     EXPECT_EQ(bad, 0);
-  }
+  });
 }
 
-TEST_F(Golden, LoaderAndReferenceMatchLibrary) {
-  // Every case is stored as one module of a model directory, read back through CheckpointDir.
-  test::ScratchDir dir("golden_loader");
-  test::write_text(dir / "config.json", "{}");
-  SafetensorsWriter wr;
-  for (const auto& t : file_->tensors()) wr.add(t.name, file_->get(t.name));
-  wr.write(dir / "model.safetensors");
-  auto ck = CheckpointDir::open(dir.path.string());
+TEST(Golden, LoaderAndReferenceMatchLibrary) {
+  for_each_case([](const SafetensorsFile& file, const std::string& name) {
+    // The case's tensors become one module of a model directory, read back through CheckpointDir.
+    test::ScratchDir dir("golden_loader");
+    test::write_text(dir / "config.json", "{}");
+    SafetensorsWriter wr;
+    for (const auto& t : file.tensors())
+      if (t.name.rfind(name + ".", 0) == 0) wr.add(t.name, file.get(t.name));
+    wr.write(dir / "model.safetensors");
+    auto ck = CheckpointDir::open(dir.path.string());
 
-  for (const char* name : kCases) {
-    SCOPED_TRACE(name);
-    Case c = load_case(*file_, name);
+    Case c = load_case(file, name);
     MoeScheme scheme = formats::moe_scheme(name, c.mq, c.mq, c.mq);
     ExpertWeights ew;
     ew.scheme = scheme;
@@ -200,10 +219,11 @@ TEST_F(Golden, LoaderAndReferenceMatchLibrary) {
     if (w.strat() == Strategy::kGroup || w.strat() == Strategy::kTensorGroup) ms.group_size = ew.group_size = *w.group_size;
     if (w.strat() == Strategy::kBlock) ms.block = ew.block = *w.block_structure;
     ew.w2 = models::decode_module({ck.get(), c.name, name}, module_format(c.format), scheme, ms);
+    EXPECT_EQ(ew.w2.g_idx.defined(), w.actorder == ActOrder::kGroup);
     Tensor deq = ref::dequantize_proj(ew, /*is_w13=*/false);  // F32 [1, N, K], exact
-    Tensor lib = file_->get(c.name + ".decompressed");
+    Tensor lib = file.get(c.name + ".decompressed");
     ASSERT_EQ(deq.numel(), lib.numel());
-    LibraryFormula formula(*file_, c);
+    LibraryFormula formula(file, c);
     int64_t differ = 0;
     for (int64_t i = 0; i < lib.numel(); ++i) {
       const float q = deq.data<float>()[i];
@@ -222,12 +242,12 @@ TEST_F(Golden, LoaderAndReferenceMatchLibrary) {
       EXPECT_LE(std::fabs(codec::round_bf16(q) - lb), std::ldexp(std::fabs(lb), -7)) << "element " << i;
     }
     if (c.format == "nvfp4-pack-quantized") {
-      RecordProperty("nvfp4_one_ulp_differences", static_cast<int>(differ));
+      ::testing::Test::RecordProperty("nvfp4_one_ulp_differences", static_cast<int>(differ));
       EXPECT_LE(differ, lib.numel() / 50) << "NVFP4 reciprocal-vs-division differences should be rare";
     } else {
       EXPECT_EQ(differ, 0);
     }
-  }
+  });
 }
 
 }  // namespace

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Runs every GPU test and the anchor benchmark in one go and writes one log.
+#   scripts/gpu_tests.sh [BUILD_DIR] [LOG]     (defaults: build-cuda, $OUT/gpu_tests.log or gpu_tests.log)
+# Phases (QMOE_GPU_PHASES, default "info tests bench"): info = device + toolkit facts and the
+# cuBLAS ceilings through PyTorch when it is installed; tests = the CUDA gtest suite (every other
+# test binary too, when present); bench = the anchor rows through `qmoe bench --backend cuda` when
+# the CLI has it, else through the bench-hook test (tests/cuda/test_cuda_bench.cpp).
+# QMOE_GPU_TEST_FILTER narrows the gtest filter; QMOE_BENCH_SCHEMES picks bench schemes ("012").
+set -uo pipefail
+BUILD=${1:-build-cuda}
+LOG=${2:-${OUT:-.}/gpu_tests.log}
+PHASES=${QMOE_GPU_PHASES:-info tests bench}
+FILTER=${QMOE_GPU_TEST_FILTER:-*}
+status=0
+exec > >(tee -a "$LOG") 2>&1
+echo "== qmoe GPU tests $(date -u +%FT%TZ) commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+
+# cuBLAS for the bench's ceilings: the toolkit's, or the one PyTorch's wheels carry.
+for d in /usr/local/cuda/lib64 $(python3 -c 'import nvidia, os; print(" ".join(os.path.join(p, "cu13", "lib") for p in nvidia.__path__))' 2>/dev/null); do
+  if ls "$d"/libcublasLt.so* >/dev/null 2>&1; then export LD_LIBRARY_PATH="$d:${LD_LIBRARY_PATH:-}"; fi
+done
+
+if [[ " $PHASES " == *" info "* ]]; then
+  nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,power.limit,driver_version --format=csv || true
+  python3 - <<'EOF' || true
+import torch, time
+def rate(fn, flops, it=10):
+    for _ in range(3): fn()
+    torch.cuda.synchronize(); s = torch.cuda.Event(enable_timing=True); e = torch.cuda.Event(enable_timing=True)
+    ts = []
+    for _ in range(it):
+        s.record(); fn(); e.record(); e.synchronize(); ts.append(s.elapsed_time(e))
+    ts.sort(); return flops / (ts[len(ts) // 2] * 1e-3) / 1e12
+n = 8192
+a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16); b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+print(f"torch bf16 matmul {n}^3: {rate(lambda: a @ b, 2 * n**3):.0f} TFLOP/s")
+a8 = a.to(torch.float8_e4m3fn); b8 = b.t().contiguous().to(torch.float8_e4m3fn).t(); one = torch.ones((), device="cuda")
+print(f"torch fp8 _scaled_mm {n}^3: {rate(lambda: torch._scaled_mm(a8, b8, one, one, out_dtype=torch.bfloat16), 2 * n**3):.0f} TFLOP/s")
+EOF
+fi
+
+if [[ " $PHASES " == *" tests "* ]]; then
+  for t in "$BUILD"/test_cuda "$BUILD"/test_*; do
+    [ -x "$t" ] || continue
+    if [ "$t" != "$BUILD/test_cuda" ] && [[ " $PHASES " != *" alltests "* ]]; then continue; fi
+    echo "== $t"
+    start=$(date +%s)
+    "$t" --gtest_filter="$FILTER" --gtest_brief=1 || status=1
+    echo "== $t: rc $? in $(( $(date +%s) - start )) s"
+  done
+fi
+
+if [[ " $PHASES " == *" bench "* ]]; then
+  if "$BUILD"/qmoe bench --help 2>/dev/null | grep -q -- "--backend"; then
+    echo "== qmoe bench --backend cuda"
+    "$BUILD"/qmoe bench --backend cuda --shape all --m 1,16,64,256,1024,4096 --scheme bf16,fp8,int4 \
+      --json "${OUT:-.}/bench.json" --plot "${OUT:-.}/bench.png" || status=1
+  else
+    echo "== bench through the bench hooks (qmoe bench not available in this build)"
+    QMOE_GPU_BENCH=1 QMOE_BENCH_OUT="${OUT:-.}/bench.jsonl" "$BUILD"/test_cuda --gtest_filter='CudaBench.*' || status=1
+  fi
+fi
+echo "== done, status $status"
+exit $status

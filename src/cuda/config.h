@@ -1,0 +1,68 @@
+// Launch-configuration choice for the CUDA fused MoE: a pure function of the problem, so it is
+// unit-tested on machines without a GPU (tests/cuda/test_select_config.cpp). Two regimes:
+// small M (decode, memory-bound: 16-row tiles, narrow N tiles, K split across the grid so that
+// every SM streams weights) and large M (prefill, tensor-core bound: 128x128 tiles).
+// C++17-clean: included by .cu files.
+#pragma once
+#include <cstdint>
+
+namespace qmoe::cuda {
+
+// Weight element formats of the prepared (repacked) weights; the MMA operand type is the
+// activation dtype (bf16 or fp16) in every case.
+enum class WFmt : int {
+  k16 = 0, kU4 = 1, kU8 = 2, kFP8 = 3,
+  kNV4 = 4, kMX4 = 5,  // backend II (moe_gemm_fp4.cu): e2m1 x e4m3/16 (NVFP4), e2m1 x e8m0/32 (MXFP4)
+};
+
+inline int wfmt_bits(WFmt f) {
+  return f == WFmt::k16 ? 16 : (f == WFmt::kU4 || f == WFmt::kNV4 || f == WFmt::kMX4) ? 4 : 8;
+}
+
+// Tile families compiled in moe_gemm.cu (kept small: each is instantiated per format).
+enum class Tile : int {
+  kSmall = 0,  // BM 16, BN 64, 4 warps (each one n16 column strip), 6-stage cp.async pipeline
+  kLarge = 1,  // BM 128, BN 128, 8 warps (2 x 4, warp tile 64 x 32), 3-stage pipeline
+};
+inline int tile_bm(Tile t) { return t == Tile::kSmall ? 16 : 128; }
+inline int tile_bn(Tile t) { return t == Tile::kSmall ? 64 : 128; }
+
+struct GemmProblem {
+  int64_t m = 1;       // tokens
+  int top_k = 1;
+  int num_experts = 1; // local experts
+  int n = 0;           // output columns of this GEMM (2*I for GEMM1, H for GEMM2)
+  int k = 0;           // reduction length (H for GEMM1, I for GEMM2)
+  WFmt wfmt = WFmt::k16;
+  int num_sms = 132;
+};
+
+struct GemmConfig {
+  Tile tile = Tile::kSmall;
+  int splits = 1;      // K split across gridDim.z (partial sums combined with fp32 atomics)
+};
+
+// Expected rows per touched expert decides the regime; splits make the small regime put at
+// least ~2 blocks of weight streaming on every SM.
+inline GemmConfig select_config(const GemmProblem& p) {
+  GemmConfig c;
+  const int64_t slots = p.m * p.top_k;
+  const int64_t touched = slots < p.num_experts ? slots : p.num_experts;
+  const int64_t rows_per_expert = (slots + touched - 1) / (touched > 0 ? touched : 1);
+  // 128-row tiles pay off once an expert has enough rows that 16-row tiles would re-stream its
+  // weights many times (each 16-row block reads the whole expert slice it multiplies).
+  c.tile = rows_per_expert >= 96 ? Tile::kLarge : Tile::kSmall;
+  if (c.tile == Tile::kLarge) return c;
+  const int64_t bn = tile_bn(c.tile);
+  const int64_t mblocks = touched * ((rows_per_expert + 15) / 16);
+  const int64_t blocks = mblocks * ((p.n + bn - 1) / bn);
+  const int64_t want = 2LL * p.num_sms;
+  const int64_t k_tiles = (p.k + 63) / 64;
+  int s = 1;
+  // Each split keeps at least 4 k-tiles of 64 so the pipeline has work to overlap.
+  while (blocks * s < want && s < 16 && k_tiles / (2 * s) >= 4) s *= 2;
+  c.splits = s;
+  return c;
+}
+
+}  // namespace qmoe::cuda

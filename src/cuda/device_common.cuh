@@ -1,0 +1,141 @@
+// Device helpers shared by the CUDA kernels: error checks, cp.async, ldmatrix, mma.sync, operand
+// type traits (bf16 / fp16), weight dequantization into mma B fragments, activation functions.
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "core/codecs.h"
+#include "qmoe/error.h"
+
+#define QMOE_CUDA_OK(expr)                                                                       \
+  do {                                                                                           \
+    cudaError_t err_ = (expr);                                                                   \
+    if (err_ != cudaSuccess)                                                                     \
+      ::qmoe::fail(::qmoe::ErrorKind::kInternal, "CUDA error ", cudaGetErrorString(err_), " at ", \
+                   __FILE__, ":", __LINE__, " (", #expr, ")");                                   \
+  } while (0)
+#define QMOE_CUDA_LAUNCH_OK() QMOE_CUDA_OK(cudaGetLastError())
+
+namespace qmoe::cuda::dev {
+
+// ---- operand types ---------------------------------------------------------------------------
+struct BF16 {
+  using T = __nv_bfloat16;
+  static constexpr uint32_t kInt4Magic = 0x43004300u;  // bf16 128.0: 0x4300 | u == 128 + u for u < 16
+  static constexpr float kInt4Base = 128.f;
+  __device__ static uint32_t pack(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&v);
+  }
+  __device__ static uint32_t sub2(uint32_t a, uint32_t b) {
+    __nv_bfloat162 r = __hsub2(*reinterpret_cast<__nv_bfloat162*>(&a), *reinterpret_cast<__nv_bfloat162*>(&b));
+    return *reinterpret_cast<uint32_t*>(&r);
+  }
+  __device__ static uint32_t mul2(uint32_t a, uint32_t b) {
+    __nv_bfloat162 r = __hmul2(*reinterpret_cast<__nv_bfloat162*>(&a), *reinterpret_cast<__nv_bfloat162*>(&b));
+    return *reinterpret_cast<uint32_t*>(&r);
+  }
+  __device__ static float to_f(T v) { return __bfloat162float(v); }
+  __device__ static T from_f(float f) { return __float2bfloat16_rn(f); }
+  // e4m3 bits placed in the high byte of each 16-bit half -> bf16 bits of value * 2^-120.
+  static constexpr int kFp8Shift = 4;
+  static constexpr uint32_t kFp8Fix = 0x7B807B80u;  // bf16 2^120 in both halves
+};
+struct F16 {
+  using T = __half;
+  static constexpr uint32_t kInt4Magic = 0x64006400u;  // fp16 1024.0: 0x6400 | u == 1024 + u
+  static constexpr float kInt4Base = 1024.f;
+  __device__ static uint32_t pack(float lo, float hi) {
+    __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&v);
+  }
+  __device__ static uint32_t sub2(uint32_t a, uint32_t b) {
+    __half2 r = __hsub2(*reinterpret_cast<__half2*>(&a), *reinterpret_cast<__half2*>(&b));
+    return *reinterpret_cast<uint32_t*>(&r);
+  }
+  __device__ static uint32_t mul2(uint32_t a, uint32_t b) {
+    __half2 r = __hmul2(*reinterpret_cast<__half2*>(&a), *reinterpret_cast<__half2*>(&b));
+    return *reinterpret_cast<uint32_t*>(&r);
+  }
+  __device__ static float to_f(T v) { return __half2float(v); }
+  __device__ static T from_f(float f) { return __float2half_rn(f); }
+  static constexpr int kFp8Shift = 1;
+  static constexpr uint32_t kFp8Fix = 0x5C005C00u;  // fp16 2^8
+};
+
+// ---- async copies, ldmatrix, mma ---------------------------------------------------------------
+__device__ __forceinline__ uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+// 16-byte global -> shared copy; src_bytes = 0 zero-fills (out-of-range rows / columns).
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(smem)), "l"(gmem),
+               "r"(src_bytes));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* smem) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_u32(smem)));
+}
+template <class Op>
+__device__ __forceinline__ void mma16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1);
+template <>
+__device__ __forceinline__ void mma16816<BF16>(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+template <>
+__device__ __forceinline__ void mma16816<F16>(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// ---- dequantization into B fragments ------------------------------------------------------------
+// int4 pair p (0..3) of a 32-bit word: nibble p = first element, nibble p + 4 = second; returns
+// the operand pair (u0 - z, u1 - z) exactly (zmagic = Op(base + z) in both halves).
+template <class Op>
+__device__ __forceinline__ uint32_t dq_u4_pair(uint32_t w, int p, uint32_t zmagic) {
+  uint32_t t = ((w >> (4 * p)) & 0x000F000Fu) | Op::kInt4Magic;
+  return Op::sub2(t, zmagic);
+}
+// int8: 2 consecutive bytes at byte offset `b` (0 or 2) of `w`, minus zero point z, exactly.
+template <class Op>
+__device__ __forceinline__ uint32_t dq_u8_pair(uint32_t w, int b, float z) {
+  float lo = __uint_as_float(__byte_perm(w, 0x4B000000u, 0x7650 + b)) - (8388608.f + z);
+  float hi = __uint_as_float(__byte_perm(w, 0x4B000000u, 0x7650 + b + 1)) - (8388608.f + z);
+  return Op::pack(lo, hi);
+}
+// fp8 e4m3: 2 consecutive bytes at byte offset b (0 or 2) -> exact operand pair.
+template <class Op>
+__device__ __forceinline__ uint32_t dq_fp8_pair(uint32_t w, int b) {
+  // place byte b in bits 8..15 and byte b+1 in bits 24..31 (zeros elsewhere)
+  uint32_t t = __byte_perm(w, 0u, b == 0 ? 0x1404 : 0x3424);
+  uint32_t r = (t & 0x80008000u) | ((t & 0x7F007F00u) >> Op::kFp8Shift);
+  return Op::mul2(r, Op::kFp8Fix);  // times 2^(bias difference): exact, subnormals included
+}
+
+// ---- activations (numerics.md) -------------------------------------------------------------------
+// act: 0 silu*mul, 1 gelu(erf)*mul, 2 swigluoai
+__device__ __forceinline__ float act_fn(int act, float g, float u) {
+  if (act == 0) return g / (1.f + expf(-g)) * u;
+  if (act == 1) return 0.5f * g * (1.f + erff(g * 0.70710678118654752f)) * u;
+  float gc = fminf(g, 7.f);
+  float uc = fminf(fmaxf(u, -7.f), 7.f);
+  return (uc + 1.f) * (gc * (1.f / (1.f + expf(-(gc * 1.702f)))));  // the reference's order
+}
+
+}  // namespace qmoe::cuda::dev

@@ -1,0 +1,323 @@
+// forward(): the whole fused MoE layer on device pointers, graph-capturable (no syncs, no
+// allocations): align -> (activation prep / fp8 quantization) -> GEMM1 + act -> (fp8 quantization
+// of h) -> GEMM2 + router weight -> sum over top-k (+ shared expert) -> rounding. The workspace is
+// carved by one Plan so workspace_bytes() and forward() agree.
+#include <algorithm>
+
+#include "cuda/cuda_moe.h"
+#include "cuda/device_common.cuh"
+#include "cuda/moe_gemm.cuh"
+#include "cuda/moe_kernels.cuh"
+
+namespace qmoe::cuda {
+
+int device_sm_count() {
+  static int n = [] {
+    int dev = 0, v = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) return 132;
+    if (cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) return 132;
+    return v;
+  }();
+  return n;
+}
+
+bool device_present(std::string* why) {
+  int n = 0;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess || n == 0) {
+    if (why) *why = e != cudaSuccess ? std::string(cudaGetErrorString(e)) : std::string("no CUDA device");
+    cudaGetLastError();
+    return false;
+  }
+  cudaDeviceProp prop{};
+  if (cudaGetDeviceProperties(&prop, 0) != cudaSuccess || prop.major < 8) {
+    if (why) *why = "the CUDA device is older than sm_80";
+    return false;
+  }
+  return true;
+}
+
+void Workspace::reserve(size_t need) {
+  if (need <= bytes) return;
+  buf = DevBuf(need);
+  bytes = need;
+}
+
+namespace {
+
+int quant_code(ActQuant a) {
+  switch (a) {
+    case ActQuant::kFP8Token: return 1;
+    case ActQuant::kFP8Group128: return 2;
+    case ActQuant::kFP8Tensor: return 3;
+    case ActQuant::kINT8Token: return 4;  // backend II (moe_q.cuh kQuantInt8Token)
+    case ActQuant::kNVFP4: return 5;      // backend II (moe_q.cuh kQuantNvfp4)
+    default: return 0;
+  }
+}
+
+int act_code(Activation a) {
+  return a == Activation::kSiluMul ? 0 : a == Activation::kGeluMul ? 1 : 2;
+}
+
+// Accumulation chunk: the finer of the weight's k-chunk and the activation's 128-column group.
+int chunk_of(const DevProj& pr, ActQuant aq) {
+  int c = 1 << 30;
+  if (pr.kchunk > 0) c = pr.kchunk;
+  if (aq == ActQuant::kFP8Group128) c = std::min(c, 128);
+  return c;
+}
+
+struct Carve {
+  size_t off = 0;
+  char* base = nullptr;
+  template <class T>
+  T* take(size_t n) {
+    off = (off + 255) / 256 * 256;
+    T* p = base ? reinterpret_cast<T*>(base + off) : nullptr;
+    off += n * sizeof(T);
+    return p;
+  }
+};
+
+// Everything one set of experts needs for one forward.
+struct ExpertsPlan {
+  int64_t m = 0, numel = 0;
+  int top_k = 1;
+  GemmConfig c1, c2;
+  int bm = 16, cap = 0;
+  bool prep_a = false, slot_rows = false;
+  int32_t *sorted = nullptr, *eids = nullptr, *npost = nullptr;
+  void* a = nullptr;
+  float* a_scale = nullptr;
+  int a_groups = 1;
+  void* h = nullptr;
+  void* hq = nullptr;
+  float* h_scale = nullptr;
+  int h_groups = 1;
+  float* partial = nullptr;
+  float* o = nullptr;
+
+  void plan(const DevExperts& ex, int64_t m_, int top_k_, bool weight_on_input, Carve& cv) {
+    m = m_;
+    top_k = top_k_;
+    numel = m * top_k;
+    const int sms = device_sm_count();
+    c1 = select_config({m, top_k, ex.num_experts, ex.w13.np, ex.hidden, ex.fmt, sms});
+    c2 = select_config({m, top_k, ex.num_experts, ex.hidden, ex.intermediate, ex.fmt, sms});
+    c2.tile = c1.tile;  // one align for both GEMMs
+    bm = tile_bm(c1.tile);
+    if (c2.tile == Tile::kLarge) c2.splits = 1;
+    cap = align_capacity(static_cast<int>(numel), ex.num_experts, bm);
+    sorted = cv.take<int32_t>(cap);
+    eids = cv.take<int32_t>(cap / bm);
+    npost = cv.take<int32_t>(1);
+    const bool quant = ex.act_quant != ActQuant::kNone;
+    prep_a = quant || weight_on_input;
+    slot_rows = weight_on_input || ex.act_quant == ActQuant::kFP8Tensor || ex.act_quant == ActQuant::kNVFP4;
+    const int64_t arows = slot_rows ? numel : m;
+    const size_t esz = 2;
+    if (prep_a) {
+      a = cv.take<char>(static_cast<size_t>(arows) * ex.hidden * esz);
+      a_groups = ex.act_quant == ActQuant::kFP8Group128 ? (ex.hidden + 127) / 128 : 1;
+      a_scale = cv.take<float>(static_cast<size_t>(arows) * a_groups);
+    }
+    h = cv.take<char>(static_cast<size_t>(numel) * ex.intermediate * esz);
+    if (quant) {
+      hq = cv.take<char>(static_cast<size_t>(numel) * ex.intermediate * esz);
+      h_groups = ex.act_quant == ActQuant::kFP8Group128 ? (ex.intermediate + 127) / 128 : 1;
+      h_scale = cv.take<float>(static_cast<size_t>(numel) * h_groups);
+    }
+    if (c1.splits > 1) partial = cv.take<float>(static_cast<size_t>(numel) * ex.w13.np);
+    o = cv.take<float>(static_cast<size_t>(numel) * ex.hidden);
+  }
+};
+
+struct Plan {
+  ExpertsPlan routed, shared;
+  int32_t* zero_ids = nullptr;
+  bool has_shared = false;
+  size_t bytes = 0;
+
+  void make(const DevExperts& ex, const DevExperts* sh, int64_t m, int top_k, bool on_input, void* base) {
+    Carve cv;
+    cv.base = static_cast<char*>(base);
+    routed.plan(ex, m, top_k, on_input, cv);
+    has_shared = sh != nullptr;
+    if (has_shared) {
+      shared.plan(*sh, m, 1, false, cv);
+      zero_ids = cv.take<int32_t>(static_cast<size_t>(m));
+    }
+    bytes = cv.off + 256;
+  }
+};
+
+void fill_gemm_common(GemmParams& g, const DevProj& pr, const ExpertsPlan& pl, int n_local_experts) {
+  g.sorted_ids = pl.sorted;
+  g.expert_ids = pl.eids;
+  g.num_post = pl.npost;
+  g.numel = static_cast<int>(pl.numel);
+  // every used M-block holds at least one entry: no more than numel of them are ever used
+  g.max_blocks = static_cast<int>(std::min<int64_t>(pl.cap / pl.bm, pl.numel));
+  g.w = pr.w.as<uint8_t>();
+  g.np = pr.np;
+  g.kp = pr.kp;
+  g.n = pr.n;
+  g.k = pr.k;
+  g.interleaved = pr.interleaved ? 1 : 0;
+  g.col_scale = pr.scale.as<float>();
+  g.kg = pr.kg;
+  g.kchunk = pr.kchunk;
+  g.nsc = pr.nsc;
+  g.n_div = pr.n_div;
+  g.zero = pr.zero.as<float>();
+  g.g_idx = pr.g_idx.as<int32_t>();
+  g.bias = pr.bias.as<float>();
+}
+
+int mode_of(const DevProj& pr) {
+  if (pr.fmt == WFmt::k16) return 0;
+  if (pr.g_idx.ptr != nullptr) return 2;
+  return 1;
+}
+
+// One set of experts: from x and routing to o[slot][H] (router weight applied unless on input).
+void run_experts(const DevExperts& ex, const ExpertsPlan& pl, const void* x, const float* topk_w,
+                 const int32_t* topk_ids, const int32_t* emap, bool on_input, cudaStream_t s) {
+  const bool f16 = ex.act == DType::kF16;
+  const int H = ex.hidden, I = ex.intermediate;
+  const int qa = quant_code(ex.act_quant);
+  launch_align(topk_ids, static_cast<int>(pl.numel), emap, ex.num_experts, pl.bm, pl.cap, pl.sorted, pl.eids,
+               pl.npost, s);
+  // ---- GEMM1 operand rows
+  const void* a = x;
+  int a_row_div = pl.top_k;
+  const float* a_scale = nullptr;
+  if (pl.prep_a) {
+    ActPrep ap;
+    ap.x = x;
+    ap.ldx = H;
+    ap.cols = H;
+    ap.rows = pl.slot_rows ? pl.numel : pl.m;
+    ap.slot_mode = pl.slot_rows ? 1 : 0;
+    ap.top_k = pl.top_k;
+    ap.topk_w = on_input ? topk_w : nullptr;
+    ap.quant = qa;
+    ap.in_scale = ex.w13.in_scale_dev.as<float>();
+    ap.topk_ids = topk_ids;
+    ap.expert_map = emap;
+    ap.a = pl.a;
+    ap.scales = pl.a_scale;
+    ap.groups = pl.a_groups;
+    launch_act_prep(f16, ap, s);
+    a = pl.a;
+    a_row_div = pl.slot_rows ? 1 : pl.top_k;
+    a_scale = qa != 0 ? pl.a_scale : nullptr;
+  }
+  GemmParams g1;
+  fill_gemm_common(g1, ex.w13, pl, ex.num_experts);
+  g1.a = a;
+  g1.lda = H;
+  g1.a_row_div = a_row_div;
+  g1.row_scale = a_scale;
+  g1.rs_groups = pl.a_groups;
+  g1.rs_kchunk = ex.act_quant == ActQuant::kFP8Group128 ? 128 : 0;
+  g1.chunk = chunk_of(ex.w13, ex.act_quant);
+  g1.splits = pl.c1.splits;
+  g1.ktiles_per_split = (ex.w13.kp / 64 + pl.c1.splits - 1) / pl.c1.splits;
+  g1.stage = 1;
+  g1.act = act_code(ex.activation);
+  g1.half = I;
+  g1.out = pl.h;
+  g1.ldo = I;
+  if (pl.c1.splits > 1) {
+    QMOE_CUDA_OK(cudaMemsetAsync(pl.partial, 0, static_cast<size_t>(pl.numel) * ex.w13.np * 4, s));
+    g1.partial = pl.partial;
+    g1.bias = nullptr;  // added by act_finish
+  }
+  launch_moe_gemm(f16, ex.fmt, mode_of(ex.w13), pl.c1.tile, g1, s);
+  if (pl.c1.splits > 1)
+    launch_act_finish(f16, pl.partial, ex.w13.np, pl.numel, I, g1.act, ex.w13.bias.as<float>(), topk_ids, emap, pl.h,
+                      I, s);
+  // ---- GEMM2 operand rows
+  const void* a2 = pl.h;
+  const float* a2_scale = nullptr;
+  if (qa != 0) {
+    ActPrep hp;
+    hp.x = pl.h;
+    hp.ldx = I;
+    hp.cols = I;
+    hp.rows = pl.numel;
+    hp.slot_mode = 0;
+    hp.top_k = 1;
+    hp.quant = qa;
+    hp.in_scale = ex.w2.in_scale_dev.as<float>();
+    hp.topk_ids = topk_ids;
+    hp.expert_map = emap;
+    hp.a = pl.hq;
+    hp.scales = pl.h_scale;
+    hp.groups = pl.h_groups;
+    launch_act_prep(f16, hp, s);
+    a2 = pl.hq;
+    a2_scale = pl.h_scale;
+  }
+  GemmParams g2;
+  fill_gemm_common(g2, ex.w2, pl, ex.num_experts);
+  g2.a = a2;
+  g2.lda = I;
+  g2.a_row_div = 1;
+  g2.row_scale = a2_scale;
+  g2.rs_groups = pl.h_groups;
+  g2.rs_kchunk = ex.act_quant == ActQuant::kFP8Group128 ? 128 : 0;
+  g2.chunk = chunk_of(ex.w2, ex.act_quant);
+  g2.splits = pl.c2.splits;
+  g2.ktiles_per_split = (ex.w2.kp / 64 + pl.c2.splits - 1) / pl.c2.splits;
+  g2.stage = 2;
+  g2.out = pl.o;
+  g2.ldo = H;
+  g2.topk_w = on_input ? nullptr : topk_w;
+  if (pl.c2.splits > 1 || emap != nullptr)
+    QMOE_CUDA_OK(cudaMemsetAsync(pl.o, 0, static_cast<size_t>(pl.numel) * H * 4, s));
+  launch_moe_gemm(f16, ex.fmt, mode_of(ex.w2), pl.c2.tile, g2, s);
+}
+
+}  // namespace
+
+size_t workspace_bytes(const DevExperts& ex, const DevExperts* shared, int64_t m, int top_k, int) {
+  Plan p;
+  p.make(ex, shared, m, top_k, false, nullptr);
+  Plan q;
+  q.make(ex, shared, m, top_k, true, nullptr);
+  return std::max(p.bytes, q.bytes);
+}
+
+void forward(const DevExperts& ex, const DevExperts* shared, const ForwardArgs& a, void* workspace, cudaStream_t s) {
+  if (a.m == 0) return;
+  QMOE_CHECK(a.top_k >= 1, kBadInput, "CUDA forward: top_k must be >= 1");
+  if (shared != nullptr)
+    QMOE_CHECK(shared->hidden == ex.hidden && shared->act == ex.act && shared->num_experts == 1, kBadInput,
+               "CUDA forward: the shared expert must have E = 1 and the routed experts' hidden size and dtype");
+  Plan p;
+  p.make(ex, shared, a.m, a.top_k, a.weight_on_input, workspace);
+  run_experts(ex, p.routed, a.x, a.topk_w, a.topk_ids, a.expert_map, a.weight_on_input, s);
+  if (shared != nullptr) {
+    QMOE_CUDA_OK(cudaMemsetAsync(p.zero_ids, 0, static_cast<size_t>(a.m) * 4, s));
+    run_experts(*shared, p.shared, a.x, nullptr, p.zero_ids, nullptr, false, s);
+  }
+  launch_reduce(ex.act == DType::kF16, p.routed.o, shared ? p.shared.o : nullptr, a.m, a.top_k, ex.hidden, a.y, s);
+}
+
+std::string forward_kernels(const DevExperts& ex, int64_t m, int top_k) {
+  Plan p;
+  p.make(ex, nullptr, m, top_k, false, nullptr);
+  auto tn = [](Tile t) { return t == Tile::kSmall ? "small" : "large"; };
+  return str(ex.method, " gemm1=", tn(p.routed.c1.tile), "/split", p.routed.c1.splits, " gemm2=", tn(p.routed.c2.tile),
+             "/split", p.routed.c2.splits);
+}
+
+void route_device(const float* logits, int64_t m, int num_experts, const RouterConfig& cfg, const float* bias,
+                  float* topk_w, int32_t* topk_ids, cudaStream_t s) {
+  launch_route(logits, m, num_experts, cfg, bias, topk_w, topk_ids, s);
+}
+
+}  // namespace qmoe::cuda

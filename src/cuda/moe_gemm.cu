@@ -1,0 +1,394 @@
+// The grouped GEMM of the fused MoE on mma.sync m16n8k16 (sm_80 and up), for every weight format.
+// A rows are gathered through sorted_token_ids (one expert per M-block), staged with a
+// multi-stage cp.async pipeline into XOR-swizzled shared memory and read with ldmatrix; weights
+// are prepared "atoms" (cuda_moe.h) copied linearly with cp.async, so each lane's B fragments are
+// one conflict-free 16-byte shared load, dequantized in registers:
+//   mode 0: 16-bit weights used as they are;
+//   mode 1: int / fp8 codes turned into exact operands ((u - z) is an integer <= 255 in
+//           magnitude, e4m3 values are exact in bf16 and fp16), fp32 partial sums per K chunk,
+//           each scaled by its activation (row) and weight (column) scale — the exact product
+//           order of numerics.md, so no rounding of dequantized weights;
+//   mode 2: g_idx (act-order) int weights, dequantized per element to (u - z) * s rounded to
+//           the operand dtype (the one rounding numerics.md allows kernels).
+#include "cuda/device_common.cuh"
+#include "cuda/moe_gemm.cuh"
+#include "cuda/moe_q.cuh"
+
+namespace qmoe::cuda {
+namespace {
+
+using namespace dev;
+
+template <int BM_, int BN_, int WARPS_M_, int WARPS_N_, int STAGES_>
+struct Cfg {
+  static constexpr int BM = BM_, BN = BN_, WARPS_M = WARPS_M_, WARPS_N = WARPS_N_, STAGES = STAGES_;
+  static constexpr int kThreads = 32 * WARPS_M * WARPS_N;
+  static constexpr int WM = BM / WARPS_M, WN = BN / WARPS_N;
+  static constexpr int MI = WM / 16, NT = WN / 16;
+};
+using SmallCfg = Cfg<16, 64, 1, 4, 6>;
+using LargeCfg = Cfg<128, 128, 2, 4, 3>;
+
+template <WFmt F> struct FmtTraits;
+template <> struct FmtTraits<WFmt::k16> { static constexpr int KA = 16; };
+template <> struct FmtTraits<WFmt::kU8> { static constexpr int KA = 32; };
+template <> struct FmtTraits<WFmt::kFP8> { static constexpr int KA = 32; };
+template <> struct FmtTraits<WFmt::kU4> { static constexpr int KA = 64; };
+
+template <class C, WFmt F>
+constexpr int smem_bytes() {
+  return C::STAGES * (C::BM * 128 + (C::BN / 16) * (64 / FmtTraits<F>::KA) * 512) + C::BM * 4;
+}
+
+// Original weight row of prepared column n (w13: 8 gate rows then the 8 matching up rows).
+__device__ __forceinline__ int orig_row(const GemmParams& p, int n) {
+  if (!p.interleaved) return n;
+  return ((n >> 3) & 1) * p.half + (n >> 4) * 8 + (n & 7);
+}
+
+template <class Op, class C, WFmt F, int MODE>
+__global__ void __launch_bounds__(C::kThreads) moe_gemm_kernel(const GemmParams p) {
+  constexpr int KA = FmtTraits<F>::KA;
+  constexpr int ATOMS = 64 / KA;
+  constexpr int A_BYTES = C::BM * 128;
+  constexpr int B_BYTES = (C::BN / 16) * ATOMS * 512;
+  extern __shared__ __align__(16) uint8_t smem[];
+  uint8_t* sA = smem;
+  uint8_t* sB = smem + C::STAGES * A_BYTES;
+  int* s_rows = reinterpret_cast<int*>(smem + C::STAGES * (A_BYTES + B_BYTES));
+
+  const int mb = blockIdx.x, nb = blockIdx.y, split = blockIdx.z;
+  if (mb * C::BM >= *p.num_post) return;
+  const int e = p.expert_ids[mb];
+  if (e < 0) return;  // expert on another rank: its slots stay zero (pre-cleared)
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int warp_m = warp / C::WARPS_N, warp_n = warp % C::WARPS_N;
+
+  for (int r = tid; r < C::BM; r += C::kThreads) s_rows[r] = p.sorted_ids[mb * C::BM + r];
+  __syncthreads();
+
+  const int ktiles = p.kp / 64;
+  const int kt0 = split * p.ktiles_per_split;
+  const int kt1 = min(ktiles, kt0 + p.ktiles_per_split);
+  if (kt0 >= kt1) return;
+  const int ntiles16 = p.np / 16;
+  const uint8_t* wexp = p.w + static_cast<size_t>(e) * ntiles16 * (p.kp / KA) * 512;
+  const char* abase = static_cast<const char*>(p.a);
+
+  auto load_stage = [&](int stage, int kt) {
+    uint8_t* dA = sA + stage * A_BYTES;
+    for (int idx = tid; idx < C::BM * 8; idx += C::kThreads) {
+      int r = idx >> 3, c = idx & 7;
+      int sid = s_rows[r];
+      int kcol = kt * 64 + c * 8;
+      bool ok = sid < p.numel && kcol < p.k;
+      const char* src = ok ? abase + (static_cast<size_t>(sid / p.a_row_div) * p.lda + kcol) * 2 : abase;
+      cp_async16(dA + r * 128 + ((c ^ (r & 7)) << 4), src, ok ? 16 : 0);
+    }
+    uint8_t* dB = sB + stage * B_BYTES;
+    for (int idx = tid; idx < B_BYTES / 16; idx += C::kThreads) {
+      int t = idx / (ATOMS * 32), rem = idx % (ATOMS * 32);
+      int gt = nb * (C::BN / 16) + t;
+      bool ok = gt < ntiles16;
+      const uint8_t* src =
+          ok ? wexp + ((static_cast<size_t>(gt) * (p.kp / KA) + kt * ATOMS) * 512 + rem * 16) : p.w;
+      cp_async16(dB + idx * 16, src, ok ? 16 : 0);
+    }
+  };
+
+  float acc[C::MI][C::NT][2][4];
+  float out[MODE == 1 ? C::MI : 1][MODE == 1 ? C::NT : 1][2][4];
+#pragma unroll
+  for (int mi = 0; mi < C::MI; ++mi)
+#pragma unroll
+    for (int nt = 0; nt < C::NT; ++nt)
+#pragma unroll
+      for (int j = 0; j < 2; ++j)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) acc[mi][nt][j][c] = 0.f;
+  if constexpr (MODE == 1) {
+#pragma unroll
+    for (int mi = 0; mi < C::MI; ++mi)
+#pragma unroll
+      for (int nt = 0; nt < C::NT; ++nt)
+#pragma unroll
+        for (int j = 0; j < 2; ++j)
+#pragma unroll
+          for (int c = 0; c < 4; ++c) out[mi][nt][j][c] = 0.f;
+  }
+
+  // prepared column of B-fragment n (lane >> 2) and of accumulator columns (2 * (lane & 3) + e2)
+  const int ncol0 = nb * C::BN + warp_n * C::WN;
+  // zero points of the current chunk for this lane's B-fragment rows (mode 1 int)
+  uint32_t zmagic[C::NT][2];
+  float zf[C::NT][2];
+  const float zsym = F == WFmt::kU4 ? 8.f : 128.f;
+  auto load_zero = [&](int k0) {
+#pragma unroll
+    for (int nt = 0; nt < C::NT; ++nt)
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        float z = zsym;
+        if (p.zero != nullptr) {
+          int n = ncol0 + nt * 16 + j * 8 + (lane >> 2);
+          int r = orig_row(p, n);
+          int g = p.kchunk > 0 ? k0 / p.kchunk : 0;
+          if (n < p.np && r < p.n) z = p.zero[(static_cast<size_t>(e) * p.kg + g) * p.n + r];
+        }
+        zf[nt][j] = z;
+        zmagic[nt][j] = Op::pack(Op::kInt4Base + z, Op::kInt4Base + z);
+      }
+  };
+  int chunk_k0 = kt0 * 64;
+  if constexpr (MODE == 1 && (F == WFmt::kU4 || F == WFmt::kU8)) load_zero(chunk_k0);
+
+  auto flush = [&](int k0) {
+    // out += acc * row_scale * col_scale for the chunk that starts at k0; acc = 0
+    float cs[C::NT][2][2];
+#pragma unroll
+    for (int nt = 0; nt < C::NT; ++nt)
+#pragma unroll
+      for (int j = 0; j < 2; ++j)
+#pragma unroll
+        for (int e2 = 0; e2 < 2; ++e2) {
+          int n = ncol0 + nt * 16 + j * 8 + 2 * (lane & 3) + e2;
+          int r = orig_row(p, n);
+          float s = 0.f;
+          if (n < p.np && r < p.n) {
+            int g = p.kchunk > 0 ? k0 / p.kchunk : 0;
+            s = p.col_scale[(static_cast<size_t>(e) * p.kg + g) * p.nsc + r / p.n_div];
+          }
+          cs[nt][j][e2] = s;
+        }
+    const float stat = p.in_scale != nullptr ? p.in_scale[e] : 1.f;
+#pragma unroll
+    for (int mi = 0; mi < C::MI; ++mi)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        float rs = stat;
+        if (p.row_scale != nullptr) {
+          int sid = s_rows[warp_m * C::WM + mi * 16 + (lane >> 2) + h * 8];
+          int g = p.rs_kchunk > 0 ? k0 / p.rs_kchunk : 0;
+          rs = sid < p.numel ? p.row_scale[static_cast<size_t>(sid / p.a_row_div) * p.rs_groups + g] : 0.f;
+        }
+#pragma unroll
+        for (int nt = 0; nt < C::NT; ++nt)
+#pragma unroll
+          for (int j = 0; j < 2; ++j)
+#pragma unroll
+            for (int e2 = 0; e2 < 2; ++e2) {
+              out[mi][nt][j][h * 2 + e2] += acc[mi][nt][j][h * 2 + e2] * (rs * cs[nt][j][e2]);
+              acc[mi][nt][j][h * 2 + e2] = 0.f;
+            }
+      }
+  };
+
+#pragma unroll
+  for (int s = 0; s < C::STAGES - 1; ++s) {
+    if (kt0 + s < kt1) load_stage(s, kt0 + s);
+    cp_async_commit();
+  }
+
+  for (int kt = kt0; kt < kt1; ++kt) {
+    cp_async_wait<C::STAGES - 2>();
+    __syncthreads();
+    {
+      int pf = kt + C::STAGES - 1;
+      if (pf < kt1) load_stage((pf - kt0) % C::STAGES, pf);
+      cp_async_commit();
+    }
+    const int st = (kt - kt0) % C::STAGES;
+    const uint8_t* cA = sA + st * A_BYTES;
+    const uint8_t* cB = sB + st * B_BYTES;
+#pragma unroll
+    for (int step = 0; step < 4; ++step) {
+      uint32_t a[C::MI][4];
+#pragma unroll
+      for (int mi = 0; mi < C::MI; ++mi) {
+        int row = warp_m * C::WM + mi * 16 + (lane & 15);
+        int c = step * 2 + (lane >> 4);
+        ldmatrix_x4(a[mi], cA + row * 128 + ((c ^ (row & 7)) << 4));
+      }
+      uint32_t b[C::NT][2][2];
+#pragma unroll
+      for (int nt = 0; nt < C::NT; ++nt) {
+        int t = warp_n * C::NT + nt;
+        int atom = (step * 16) / KA;
+        uint4 v = *reinterpret_cast<const uint4*>(cB + ((t * ATOMS + atom) * 32 + lane) * 16);
+        uint32_t wv[4] = {v.x, v.y, v.z, v.w};
+        if constexpr (F == WFmt::k16) {
+#pragma unroll
+          for (int j = 0; j < 2; ++j) {
+            b[nt][j][0] = wv[j * 2];
+            b[nt][j][1] = wv[j * 2 + 1];
+          }
+        } else if constexpr (MODE == 1) {
+#pragma unroll
+          for (int j = 0; j < 2; ++j)
+#pragma unroll
+            for (int bi = 0; bi < 2; ++bi) {
+              if constexpr (F == WFmt::kU4) {
+                b[nt][j][bi] = dq_u4_pair<Op>(wv[step], j * 2 + bi, zmagic[nt][j]);
+              } else if constexpr (F == WFmt::kU8) {
+                b[nt][j][bi] = dq_u8_pair<Op>(wv[(step & 1) * 2 + j], bi * 2, zf[nt][j]);
+              } else {
+                b[nt][j][bi] = dq_fp8_pair<Op>(wv[(step & 1) * 2 + j], bi * 2);
+              }
+            }
+        } else {  // MODE 2: per-element (u - z[g]) * s[g], g = g_idx[k]
+#pragma unroll
+          for (int j = 0; j < 2; ++j) {
+            int n = ncol0 + nt * 16 + j * 8 + (lane >> 2);
+            int r = orig_row(p, n);
+            bool nok = n < p.np && r < p.n;
+#pragma unroll
+            for (int bi = 0; bi < 2; ++bi) {
+              float f[2];
+#pragma unroll
+              for (int e2 = 0; e2 < 2; ++e2) {
+                int k = kt * 64 + step * 16 + bi * 8 + 2 * (lane & 3) + e2;
+                uint32_t u;
+                if constexpr (F == WFmt::kU4) {
+                  int nib = (j * 2 + bi) + (e2 ? 4 : 0);
+                  u = (wv[step] >> (4 * nib)) & 0xFu;
+                } else {
+                  u = (wv[(step & 1) * 2 + j] >> (8 * (bi * 2 + e2))) & 0xFFu;
+                }
+                float val = 0.f;
+                if (nok && k < p.k) {
+                  int g = p.g_idx[static_cast<size_t>(e) * p.k + k];
+                  size_t gi = static_cast<size_t>(e) * p.kg + g;
+                  float z = p.zero != nullptr ? p.zero[gi * p.n + r] : zsym;
+                  val = (static_cast<float>(u) - z) * p.col_scale[gi * p.nsc + r / p.n_div];
+                }
+                f[e2] = val;
+              }
+              b[nt][j][bi] = Op::pack(f[0], f[1]);
+            }
+          }
+        }
+      }
+#pragma unroll
+      for (int mi = 0; mi < C::MI; ++mi)
+#pragma unroll
+        for (int nt = 0; nt < C::NT; ++nt)
+#pragma unroll
+          for (int j = 0; j < 2; ++j) mma16816<Op>(acc[mi][nt][j], a[mi], b[nt][j][0], b[nt][j][1]);
+      if constexpr (MODE == 1) {
+        int kend = kt * 64 + (step + 1) * 16;
+        bool last = kt == kt1 - 1 && step == 3;
+        if (last || kend % p.chunk == 0) {
+          flush(chunk_k0);
+          chunk_k0 = kend;
+          if constexpr (F == WFmt::kU4 || F == WFmt::kU8) {
+            if (!last) load_zero(chunk_k0);
+          }
+        }
+      }
+    }
+  }
+  cp_async_wait<0>();
+
+  // ---- epilogue ----
+  auto val = [&](int mi, int nt, int j, int c) -> float {
+    if constexpr (MODE == 1) return out[mi][nt][j][c];
+    else return acc[mi][nt][j][c];
+  };
+  using T = typename Op::T;
+#pragma unroll
+  for (int mi = 0; mi < C::MI; ++mi)
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int sid = s_rows[warp_m * C::WM + mi * 16 + (lane >> 2) + h * 8];
+      if (sid >= p.numel) continue;
+#pragma unroll
+      for (int nt = 0; nt < C::NT; ++nt) {
+        const int tile = (ncol0 >> 4) + nt;
+        if (p.stage == 1) {
+          const int i = tile * 8 + 2 * (lane & 3);  // intermediate column (pair i, i + 1)
+          if (tile >= ntiles16 || i >= p.half) continue;
+          if (p.partial != nullptr) {
+            float* dst = p.partial + static_cast<size_t>(sid) * p.np + tile * 16 + 2 * (lane & 3);
+#pragma unroll
+            for (int e2 = 0; e2 < 2; ++e2) {
+              atomicAdd(dst + e2, val(mi, nt, 0, h * 2 + e2));
+              atomicAdd(dst + 8 + e2, val(mi, nt, 1, h * 2 + e2));
+            }
+          } else {
+            float hv[2];
+#pragma unroll
+            for (int e2 = 0; e2 < 2; ++e2) {
+              float g = val(mi, nt, 0, h * 2 + e2), u = val(mi, nt, 1, h * 2 + e2);
+              if (p.bias != nullptr) {
+                g += p.bias[static_cast<size_t>(e) * p.n + i + e2];
+                u += p.bias[static_cast<size_t>(e) * p.n + p.half + i + e2];
+              }
+              hv[e2] = act_fn(p.act, g, u);
+            }
+            uint32_t packed = Op::pack(hv[0], hv[1]);
+            *reinterpret_cast<uint32_t*>(static_cast<T*>(p.out) + static_cast<size_t>(sid) * p.ldo + i) = packed;
+          }
+        } else {
+          const float w = p.topk_w != nullptr ? p.topk_w[sid] : 1.f;
+#pragma unroll
+          for (int j = 0; j < 2; ++j) {
+            const int n = tile * 16 + j * 8 + 2 * (lane & 3);
+            if (n >= p.n) continue;
+            float v0 = val(mi, nt, j, h * 2), v1 = val(mi, nt, j, h * 2 + 1);
+            if (p.bias != nullptr && split == 0) {
+              v0 += p.bias[static_cast<size_t>(e) * p.n + n];
+              v1 += p.bias[static_cast<size_t>(e) * p.n + n + 1];
+            }
+            float* dst = static_cast<float*>(p.out) + static_cast<size_t>(sid) * p.ldo + n;
+            if (p.splits > 1) {
+              atomicAdd(dst, v0 * w);
+              atomicAdd(dst + 1, v1 * w);
+            } else {
+              *reinterpret_cast<float2*>(dst) = make_float2(v0 * w, v1 * w);
+            }
+          }
+        }
+      }
+    }
+}
+
+template <class Op, class C, WFmt F, int MODE>
+void launch_one(const GemmParams& p, cudaStream_t s) {
+  constexpr int smem = smem_bytes<C, F>();
+  auto kern = moe_gemm_kernel<Op, C, F, MODE>;
+  static bool attr_set = false;  // per instantiation; benign if two threads race (same value)
+  if (!attr_set) {
+    QMOE_CUDA_OK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+    attr_set = true;
+  }
+  dim3 grid(p.max_blocks, (p.np + C::BN - 1) / C::BN, p.splits);
+  kern<<<grid, C::kThreads, smem, s>>>(p);
+  QMOE_CUDA_LAUNCH_OK();
+}
+
+template <class Op, class C>
+void launch_fmt(WFmt fmt, int mode, const GemmParams& p, cudaStream_t s) {
+  switch (fmt) {
+    case WFmt::k16: return launch_one<Op, C, WFmt::k16, 0>(p, s);
+    case WFmt::kFP8: return launch_one<Op, C, WFmt::kFP8, 1>(p, s);
+    case WFmt::kU4:
+      return mode == 2 ? launch_one<Op, C, WFmt::kU4, 2>(p, s) : launch_one<Op, C, WFmt::kU4, 1>(p, s);
+    case WFmt::kU8:
+      return mode == 2 ? launch_one<Op, C, WFmt::kU8, 2>(p, s) : launch_one<Op, C, WFmt::kU8, 1>(p, s);
+  }
+}
+
+}  // namespace
+
+void launch_moe_gemm(bool f16, WFmt fmt, int mode, Tile tile, const GemmParams& p, cudaStream_t s) {
+  if (fmt == WFmt::kNV4 || fmt == WFmt::kMX4) return launch_moe_gemm_fp4(f16, fmt, tile, p, s);  // backend II
+  if (tile == Tile::kSmall) {
+    if (f16) launch_fmt<F16, SmallCfg>(fmt, mode, p, s);
+    else launch_fmt<BF16, SmallCfg>(fmt, mode, p, s);
+  } else {
+    if (f16) launch_fmt<F16, LargeCfg>(fmt, mode, p, s);
+    else launch_fmt<BF16, LargeCfg>(fmt, mode, p, s);
+  }
+}
+
+}  // namespace qmoe::cuda

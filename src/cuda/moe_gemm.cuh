@@ -1,0 +1,51 @@
+// Launch interface of the grouped (per-expert) GEMM kernel of the fused MoE (moe_gemm.cu).
+// One kernel family does both GEMMs: rows are gathered through moe_align's sorted_token_ids, the
+// weights are the prepared atoms of one expert per M-block; the epilogue is GEMM1's activation
+// (gate and up are interleaved in the tile) or GEMM2's router weight.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "cuda/config.h"
+
+namespace qmoe::cuda {
+
+struct GemmParams {
+  // rows
+  const void* a = nullptr;          // A [rows][lda], operand dtype
+  int lda = 0;
+  int a_row_div = 1;                // A row = sorted_id / a_row_div
+  const int32_t* sorted_ids = nullptr;
+  const int32_t* expert_ids = nullptr;
+  const int32_t* num_post = nullptr;
+  int numel = 0;                    // sentinel value of sorted_ids
+  int max_blocks = 0;               // M-blocks in the grid
+  // weights
+  const uint8_t* w = nullptr;
+  int np = 0, kp = 0;               // padded dims of the atoms
+  int n = 0, k = 0;                 // logical
+  int interleaved = 0, half = 0;    // w13: rows interleaved by 8, half = I
+  const float* col_scale = nullptr; // [E][kg][nsc]
+  int kg = 0, kchunk = 0, nsc = 0, n_div = 1;
+  const float* zero = nullptr;      // [E][kg][n]
+  const int32_t* g_idx = nullptr;   // [E][k]
+  const float* bias = nullptr;      // [E][n]
+  const float* row_scale = nullptr; // fp8 dynamic: [A rows][rs_groups]
+  int rs_groups = 1, rs_kchunk = 0; // rs_kchunk: k-columns per row-scale group (0 = whole row)
+  const float* in_scale = nullptr;  // fp8 static: one scale per expert (A quantized with it)
+  int chunk = 1 << 30;              // accumulation chunk along K (multiple of 16)
+  int splits = 1, ktiles_per_split = 0;
+  // epilogue
+  int stage = 1;                    // 1: GEMM1 + activation, 2: GEMM2 + router weight
+  int act = 0;
+  void* out = nullptr;              // stage 1: h [slots][ldo] operand dtype; stage 2: f32 [slots][ldo]
+  int ldo = 0;
+  float* partial = nullptr;         // stage 1 with splits > 1: f32 [slots][np] (atomics)
+  const float* topk_w = nullptr;    // stage 2: router weight per slot (null: 1)
+};
+
+// mode: 0 plain 16-bit weights, 1 exact operands + per-chunk scales, 2 per-element (g_idx).
+void launch_moe_gemm(bool f16, WFmt fmt, int mode, Tile tile, const GemmParams& p, cudaStream_t s);
+
+}  // namespace qmoe::cuda

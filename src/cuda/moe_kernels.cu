@@ -1,0 +1,376 @@
+// The fused MoE's non-GEMM kernels: routing (one warp per token, every RouterKind of the
+// reference), moe_align_block_size (one block, shared-memory histogram), activation preparation
+// with fp8 quantization (numerics.md: s = max(amax, 1e-10) / 448, q = e4m3_satfinite(x / s)),
+// the split-K activation finish and the sum over top-k.
+#include <cfloat>
+
+#include "cuda/device_common.cuh"
+#include "cuda/moe_kernels.cuh"
+#include "cuda/moe_q.cuh"
+
+namespace qmoe::cuda {
+namespace {
+
+using namespace dev;
+
+// ---- routing --------------------------------------------------------------------------------------
+// Warp-wide argmax over sc[0..n) among entries with taken[i] == 0; ties -> lowest index.
+__device__ int warp_argmax(const float* sc, const uint8_t* taken, int n, int lane) {
+  float bv = -INFINITY;
+  int bi = INT_MAX;
+  for (int i = lane; i < n; i += 32) {
+    if (taken[i]) continue;
+    float v = sc[i];
+    if (v > bv || (v == bv && i < bi) || bi == INT_MAX) { bv = v; bi = i; }
+  }
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+    int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+    if (oi != INT_MAX && (bi == INT_MAX || ov > bv || (ov == bv && oi < bi))) { bv = ov; bi = oi; }
+  }
+  return bi;
+}
+
+__device__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+struct RouteArgs {
+  int kind, top_k, renorm, grouped_sigmoid, num_groups, topk_group;
+  float scaling;
+};
+
+constexpr int kRouteWarps = 4;
+
+__global__ void route_kernel(const float* __restrict__ logits, int64_t m, int E, RouteArgs ra,
+                             const float* __restrict__ bias, float* __restrict__ topk_w,
+                             int32_t* __restrict__ topk_ids) {
+  extern __shared__ __align__(16) uint8_t smem[];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  float* sc = reinterpret_cast<float*>(smem) + warp * 2 * E;  // scores, selection scores
+  float* sel = sc + E;
+  uint8_t* taken = smem + kRouteWarps * 2 * E * 4 + warp * E;
+  const int64_t t = static_cast<int64_t>(blockIdx.x) * kRouteWarps + warp;
+  if (t >= m) return;
+  const float* lg = logits + t * E;
+  const int kind = ra.kind, K = ra.top_k;
+  // scores
+  if (kind == static_cast<int>(RouterKind::kSoftmaxTopK) ||
+      (kind == static_cast<int>(RouterKind::kGrouped) && !ra.grouped_sigmoid)) {
+    float mx = -INFINITY;
+    for (int i = lane; i < E; i += 32) mx = fmaxf(mx, lg[i]);
+    mx = warp_max(mx);
+    float sum = 0.f;
+    for (int i = lane; i < E; i += 32) {
+      float ev = expf(lg[i] - mx);
+      sc[i] = ev;
+      sum += ev;
+    }
+    sum = warp_sum(sum);
+    for (int i = lane; i < E; i += 32) sc[i] = sc[i] / sum;
+  } else if (kind == static_cast<int>(RouterKind::kSigmoidTopK) || kind == static_cast<int>(RouterKind::kGrouped)) {
+    for (int i = lane; i < E; i += 32) sc[i] = 1.f / (1.f + expf(-lg[i]));
+  } else {  // top-k on raw logits (kTopKSoftmax, kLlama4)
+    for (int i = lane; i < E; i += 32) sc[i] = lg[i];
+  }
+  for (int i = lane; i < E; i += 32) {
+    sel[i] = sc[i] + ((kind == static_cast<int>(RouterKind::kGrouped) && bias != nullptr) ? bias[i] : 0.f);
+    taken[i] = 0;
+  }
+  __syncwarp();
+  if (kind == static_cast<int>(RouterKind::kGrouped) && ra.num_groups > 1) {
+    // group score: sum of the top-2 biased scores (with bias) or the max score (without);
+    // keep topk_group groups (ties -> lowest group), mask the others out of the selection.
+    const int G = ra.num_groups, per = E / G;
+    float gs = -INFINITY;
+    if (lane < G) {
+      float b1 = -INFINITY, b2 = -INFINITY;
+      for (int i = lane * per; i < (lane + 1) * per; ++i) {
+        float v = sel[i];
+        if (v > b1) { b2 = b1; b1 = v; } else if (v > b2) { b2 = v; }
+      }
+      gs = bias != nullptr ? b1 + b2 : b1;
+    }
+    // select topk_group groups by repeated warp argmax over lanes (G <= 32)
+    unsigned keep = 0;
+    for (int r = 0; r < ra.topk_group; ++r) {
+      float bv = lane < G && !((keep >> lane) & 1u) ? gs : -INFINITY;
+      int bi = lane < G && !((keep >> lane) & 1u) ? lane : INT_MAX;
+#pragma unroll
+      for (int o = 16; o > 0; o >>= 1) {
+        float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+        int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+        if (oi != INT_MAX && (bi == INT_MAX || ov > bv || (ov == bv && oi < bi))) { bv = ov; bi = oi; }
+      }
+      if (bi != INT_MAX) keep |= 1u << bi;
+    }
+    for (int i = lane; i < E; i += 32)
+      if (!((keep >> (i / per)) & 1u)) taken[i] = 1;  // pruned group: never selected
+    __syncwarp();
+  }
+  int ids[32];
+  float ws[32];
+  for (int r = 0; r < K; ++r) {
+    int bi = warp_argmax(sel, taken, E, lane);
+    __syncwarp();
+    if (lane == 0) taken[bi] = 1;
+    __syncwarp();
+    ids[r] = bi;
+    ws[r] = sc[bi];
+  }
+  if (lane != 0) return;
+  if (kind == static_cast<int>(RouterKind::kTopKSoftmax)) {
+    float mx = ws[0];
+    for (int r = 1; r < K; ++r) mx = fmaxf(mx, ws[r]);
+    float sum = 0.f;
+    for (int r = 0; r < K; ++r) { ws[r] = expf(ws[r] - mx); sum += ws[r]; }
+    for (int r = 0; r < K; ++r) ws[r] = ws[r] / sum;
+  } else if (kind == static_cast<int>(RouterKind::kLlama4)) {
+    for (int r = 0; r < K; ++r) ws[r] = 1.f / (1.f + expf(-ws[r]));
+  } else if (ra.renorm) {
+    float sum = 0.f;
+    for (int r = 0; r < K; ++r) sum += ws[r];
+    for (int r = 0; r < K; ++r) ws[r] = ws[r] / sum;
+  }
+  if (kind == static_cast<int>(RouterKind::kGrouped))
+    for (int r = 0; r < K; ++r) ws[r] = ws[r] * ra.scaling;
+  for (int r = 0; r < K; ++r) {
+    topk_w[t * K + r] = ws[r];
+    topk_ids[t * K + r] = ids[r];
+  }
+}
+
+// ---- align ----------------------------------------------------------------------------------------
+__global__ void align_kernel(const int32_t* __restrict__ ids, int numel, const int32_t* __restrict__ emap,
+                             int E, int B, int capacity, int32_t* __restrict__ sorted,
+                             int32_t* __restrict__ eids, int32_t* __restrict__ num_post) {
+  extern __shared__ int sh[];
+  int* cnt = sh;         // [E]
+  int* off = sh + E;     // [E + 1]
+  int* cur = sh + 2 * E + 1;  // [E]
+  const int tid = threadIdx.x;
+  for (int e = tid; e < E; e += blockDim.x) { cnt[e] = 0; cur[e] = 0; }
+  __syncthreads();
+  for (int i = tid; i < numel; i += blockDim.x) {
+    int e = ids[i];
+    if (emap != nullptr) e = emap[e];
+    if (e >= 0) atomicAdd(&cnt[e], 1);
+  }
+  for (int i = tid; i < capacity; i += blockDim.x) sorted[i] = numel;
+  __syncthreads();
+  if (tid == 0) {
+    int acc = 0;
+    for (int e = 0; e < E; ++e) {
+      off[e] = acc;
+      acc += (cnt[e] + B - 1) / B * B;
+    }
+    off[E] = acc;
+    *num_post = acc;
+  }
+  __syncthreads();
+  const int used = off[E] / B;
+  for (int b = tid; b < capacity / B; b += blockDim.x) eids[b] = -1;
+  __syncthreads();
+  for (int e = tid; e < E; e += blockDim.x)
+    for (int b = off[e] / B; b < off[e + 1] / B; ++b) eids[b] = e;
+  (void)used;
+  for (int i = tid; i < numel; i += blockDim.x) {
+    int e = ids[i];
+    if (emap != nullptr) e = emap[e];
+    if (e < 0) continue;
+    int pos = off[e] + atomicAdd(&cur[e], 1);
+    sorted[pos] = i;
+  }
+}
+
+// ---- activation preparation / quantization --------------------------------------------------------
+template <class Op>
+__global__ void act_prep_kernel(const ActPrep p) {
+  using T = typename Op::T;
+  extern __shared__ float row[];  // [cols]
+  __shared__ float red[32];
+  const int64_t r = blockIdx.x;
+  const int tid = threadIdx.x;
+  const int64_t tok = p.slot_mode ? r / p.top_k : r;
+  const T* src = static_cast<const T*>(p.x) + tok * p.ldx;
+  const float w = p.topk_w != nullptr ? p.topk_w[r] : 1.f;
+  for (int i = tid; i < p.cols; i += blockDim.x) {
+    float v = Op::to_f(src[i]);
+    if (p.topk_w != nullptr) v = Op::to_f(Op::from_f(v * w));  // Llama 4: round(x * w)
+    row[i] = v;
+  }
+  __syncthreads();
+  T* dst = static_cast<T*>(p.a) + r * p.cols;
+  if (p.quant == 0) {
+    for (int i = tid; i < p.cols; i += blockDim.x) dst[i] = Op::from_f(row[i]);
+    return;
+  }
+  if (p.quant == 3) {
+    int e = 0;
+    if (p.topk_ids != nullptr) {
+      e = p.topk_ids[r];
+      if (p.expert_map != nullptr) e = p.expert_map[e];
+    }
+    if (e < 0) {  // slot of another rank's expert: never read
+      return;
+    }
+    const float s = p.in_scale[e];
+    for (int i = tid; i < p.cols; i += blockDim.x)
+      dst[i] = Op::from_f(codec::e4m3_to_f32(codec::f32_to_e4m3(row[i] / s, true)));
+    if (tid == 0) p.scales[r * p.groups] = s;
+    return;
+  }
+  if (p.quant == 1) {
+    float mx = 0.f;
+    for (int i = tid; i < p.cols; i += blockDim.x) mx = fmaxf(mx, fabsf(row[i]));
+    mx = warp_max(mx);
+    if ((tid & 31) == 0) red[tid >> 5] = mx;
+    __syncthreads();
+    if (tid < 32) {
+      float v = tid < static_cast<int>(blockDim.x >> 5) ? red[tid] : 0.f;
+      v = warp_max(v);
+      if (tid == 0) red[0] = v;
+    }
+    __syncthreads();
+    const float s = fmaxf(red[0], 1e-10f) / 448.f;
+    for (int i = tid; i < p.cols; i += blockDim.x)
+      dst[i] = Op::from_f(codec::e4m3_to_f32(codec::f32_to_e4m3(row[i] / s, true)));
+    if (tid == 0) p.scales[r * p.groups] = s;
+    return;
+  }
+  // quant == 2: one warp per 128-column group
+  const int warp = tid >> 5, lane = tid & 31, nw = blockDim.x >> 5;
+  for (int g = warp; g < p.groups; g += nw) {
+    const int c0 = g * 128, c1 = min(p.cols, c0 + 128);
+    float mx = 0.f;
+    for (int i = c0 + lane; i < c1; i += 32) mx = fmaxf(mx, fabsf(row[i]));
+    mx = warp_max(mx);
+    const float s = fmaxf(mx, 1e-10f) / 448.f;
+    for (int i = c0 + lane; i < c1; i += 32)
+      dst[i] = Op::from_f(codec::e4m3_to_f32(codec::f32_to_e4m3(row[i] / s, true)));
+    if (lane == 0) p.scales[r * p.groups + g] = s;
+  }
+}
+
+template <class Op>
+__global__ void act_finish_kernel(const float* __restrict__ partial, int np, int64_t slots, int inter, int act,
+                                  const float* __restrict__ bias, const int32_t* __restrict__ topk_ids,
+                                  const int32_t* __restrict__ emap, void* h, int ldh) {
+  using T = typename Op::T;
+  const int64_t slot = blockIdx.x;
+  int e = 0;
+  if (topk_ids != nullptr) {
+    e = topk_ids[slot];
+    if (emap != nullptr) e = emap[e];
+  }
+  if (e < 0) return;
+  const float* g = partial + slot * np;
+  for (int i = threadIdx.x; i < inter; i += blockDim.x) {
+    int ng = (i >> 3) * 16 + (i & 7);
+    float gv = g[ng], uv = g[ng + 8];
+    if (bias != nullptr) {
+      gv += bias[static_cast<int64_t>(e) * 2 * inter + i];
+      uv += bias[static_cast<int64_t>(e) * 2 * inter + inter + i];
+    }
+    static_cast<T*>(h)[slot * ldh + i] = Op::from_f(act_fn(act, gv, uv));
+  }
+}
+
+template <class Op>
+__global__ void reduce_kernel(const float* __restrict__ o, const float* __restrict__ shared, int top_k, int h,
+                              void* y) {
+  using T = typename Op::T;
+  const int64_t t = blockIdx.x;
+  for (int n = threadIdx.x * 4; n < h; n += blockDim.x * 4) {
+    float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+    for (int k = 0; k < top_k; ++k) {
+      float4 v = *reinterpret_cast<const float4*>(o + (t * top_k + k) * h + n);
+      acc.x += v.x; acc.y += v.y; acc.z += v.z; acc.w += v.w;
+    }
+    if (shared != nullptr) {
+      float4 v = *reinterpret_cast<const float4*>(shared + t * h + n);
+      acc.x += v.x; acc.y += v.y; acc.z += v.z; acc.w += v.w;
+    }
+    T* dst = static_cast<T*>(y) + t * h + n;
+    dst[0] = Op::from_f(acc.x);
+    dst[1] = Op::from_f(acc.y);
+    dst[2] = Op::from_f(acc.z);
+    dst[3] = Op::from_f(acc.w);
+  }
+}
+
+}  // namespace
+
+void launch_route(const float* logits, int64_t m, int E, const RouterConfig& cfg, const float* bias,
+                  float* topk_w, int32_t* topk_ids, cudaStream_t s) {
+  if (m == 0) return;
+  QMOE_CHECK(cfg.top_k >= 1 && cfg.top_k <= 32 && cfg.top_k <= E, kUnsupported,
+             "CUDA routing: top_k ", cfg.top_k, " must be in [1, min(32, E = ", E, ")]");
+  if (cfg.kind == RouterKind::kGrouped && cfg.num_groups > 1)
+    QMOE_CHECK(cfg.num_groups <= 32 && E % cfg.num_groups == 0, kUnsupported,
+               "CUDA routing: grouped router needs num_groups <= 32 dividing E (got ", cfg.num_groups, ", E = ", E, ")");
+  RouteArgs ra{static_cast<int>(cfg.kind), cfg.top_k, cfg.renormalize ? 1 : 0, cfg.grouped_sigmoid ? 1 : 0,
+               cfg.num_groups, cfg.topk_group, cfg.routed_scaling_factor};
+  size_t smem = static_cast<size_t>(kRouteWarps) * E * 9;
+  QMOE_CHECK(smem <= 200 * 1024, kUnsupported, "CUDA routing: E = ", E, " is too large");
+  if (smem > 48 * 1024)
+    QMOE_CUDA_OK(cudaFuncSetAttribute(route_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  int blocks = static_cast<int>((m + kRouteWarps - 1) / kRouteWarps);
+  route_kernel<<<blocks, 32 * kRouteWarps, smem, s>>>(logits, m, E, ra, cfg.kind == RouterKind::kGrouped ? bias : nullptr,
+                                                       topk_w, topk_ids);
+  QMOE_CUDA_LAUNCH_OK();
+}
+
+void launch_align(const int32_t* topk_ids, int numel, const int32_t* expert_map, int num_local, int block,
+                  int capacity, int32_t* sorted_ids, int32_t* expert_ids, int32_t* num_post, cudaStream_t s) {
+  size_t smem = (3 * static_cast<size_t>(num_local) + 1) * sizeof(int);
+  QMOE_CHECK(smem <= 48 * 1024, kUnsupported, "CUDA align: ", num_local, " local experts is too many");
+  align_kernel<<<1, 1024, smem, s>>>(topk_ids, numel, expert_map, num_local, block, capacity, sorted_ids,
+                                      expert_ids, num_post);
+  QMOE_CUDA_LAUNCH_OK();
+}
+
+void launch_act_prep(bool f16, const ActPrep& p, cudaStream_t s) {
+  if (p.quant >= kQuantInt8Token) return launch_act_prep_q(f16, p, s);  // backend II: int8 token, NVFP4
+  if (p.rows == 0) return;
+  size_t smem = static_cast<size_t>(p.cols) * 4;
+  auto go = [&](auto kern) {
+    if (smem > 48 * 1024)
+      QMOE_CUDA_OK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    kern<<<static_cast<unsigned>(p.rows), 256, smem, s>>>(p);
+    QMOE_CUDA_LAUNCH_OK();
+  };
+  if (f16) go(act_prep_kernel<F16>);
+  else go(act_prep_kernel<BF16>);
+}
+
+void launch_act_finish(bool f16, const float* partial, int np, int64_t slots, int inter, int act, const float* bias,
+                       const int32_t* topk_ids, const int32_t* expert_map, void* h, int ldh, cudaStream_t s) {
+  if (slots == 0) return;
+  if (f16)
+    act_finish_kernel<F16><<<static_cast<unsigned>(slots), 256, 0, s>>>(partial, np, slots, inter, act, bias, topk_ids,
+                                                                        expert_map, h, ldh);
+  else
+    act_finish_kernel<BF16><<<static_cast<unsigned>(slots), 256, 0, s>>>(partial, np, slots, inter, act, bias,
+                                                                         topk_ids, expert_map, h, ldh);
+  QMOE_CUDA_LAUNCH_OK();
+}
+
+void launch_reduce(bool f16, const float* o, const float* shared, int64_t m, int top_k, int h, void* y,
+                   cudaStream_t s) {
+  if (m == 0) return;
+  int threads = h / 4 < 256 ? ((h / 4 + 31) / 32) * 32 : 256;
+  if (f16) reduce_kernel<F16><<<static_cast<unsigned>(m), threads, 0, s>>>(o, shared, top_k, h, y);
+  else reduce_kernel<BF16><<<static_cast<unsigned>(m), threads, 0, s>>>(o, shared, top_k, h, y);
+  QMOE_CUDA_LAUNCH_OK();
+}
+
+}  // namespace qmoe::cuda

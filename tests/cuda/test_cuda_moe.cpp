@@ -1,0 +1,418 @@
+// The CUDA fused MoE against the reference (src/cpu/ref), on the raw device entry (cuda_moe.h) and
+// through MoeLayer. Every test skips with "no CUDA device: skipped" where there is no GPU (CI).
+// Each case draws fresh random weights and inputs, poisons the device output (0xFF bytes = NaN)
+// before the run and compares every element.
+// Tolerance, from the arithmetic (numerics.md: kernels differ from the reference only in fp32
+// summation order, and for g_idx int weights in the operand-dtype rounding of dequantized weights):
+//  * the output is rounded once to bf16/fp16: the two may land on either side of a rounding
+//    boundary -> 2 half-ulps relative (rtol = 2 * half_ulp);
+//  * h is rounded to the operand dtype before GEMM2; a different fp32 summation order can flip
+//    that rounding for an element (probability ~2^-15), moving the output by one term's half-ulp;
+//    for fp8 the flip can move h's e4m3 code by one step (2^-4 relative) — bounded by an absolute
+//    term atol = c * rms(y) with c = 2^-8 (exact operands), 2^-6 (g_idx: every weight carries a
+//    2^-9 relative rounding, sqrt(K)-averaged), 2^-5 (fp8 requantization flips);
+//  * and the NMSE over the whole output must stay below 1e-5 (bf16 half-ulp^2 is 1.5e-5 per
+//    element; summation-order noise is orders below), 1e-4 for g_idx and fp8.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <set>
+
+#include "common/tensor_check.h"
+#include "cpu/ref/quantize.h"
+#include "cpu/ref/reference.h"
+#include "cuda/cuda_moe.h"
+#include "cuda/moe_kernels.cuh"
+
+namespace qmoe {
+namespace {
+
+using cuda::DevBuf;
+
+#define SKIP_WITHOUT_GPU()                                          \
+  do {                                                              \
+    std::string why_;                                               \
+    if (!cuda::device_present(&why_))                               \
+      GTEST_SKIP() << "no CUDA device: skipped (" << why_ << ")";   \
+  } while (0)
+
+void ck(cudaError_t e) { ASSERT_EQ(e, cudaSuccess) << cudaGetErrorString(e); }
+
+DevBuf up(const void* p, size_t n) {
+  DevBuf b(n + 16);
+  if (n) cudaMemcpy(b.ptr, p, n, cudaMemcpyHostToDevice);
+  return b;
+}
+
+// Uniform random distinct ids per token (or custom), random positive weights.
+struct Routing {
+  Tensor w, ids;
+};
+Routing random_routing(int64_t m, int k, int E, uint64_t seed, int mode = 0) {
+  Routing r{Tensor(DType::kF32, {m, k}), Tensor(DType::kI32, {m, k})};
+  std::mt19937_64 rng(seed);
+  std::vector<int> perm(E);
+  for (int64_t t = 0; t < m; ++t) {
+    std::iota(perm.begin(), perm.end(), 0);
+    std::shuffle(perm.begin(), perm.end(), rng);
+    for (int j = 0; j < k; ++j) {
+      int id = perm[j];
+      if (mode == 1) id = (5 + j) % E;                        // all tokens on the same experts
+      if (mode == 2 && id == 3) id = perm[k];                 // expert 3 never chosen
+      r.ids.data_mut<int32_t>()[t * k + j] = id;
+      r.w.data_mut<float>()[t * k + j] = std::uniform_real_distribution<float>(0.05f, 1.f)(rng);
+    }
+  }
+  return r;
+}
+
+struct Tol {
+  double c = std::ldexp(1.0, -8), nmse = 1e-5;
+};
+Tol tol_for(const ExpertWeights& w) {
+  Tol t;
+  if (w.w13.g_idx.defined()) t = {std::ldexp(1.0, -6), 1e-4};
+  if (w.scheme.kind == SchemeKind::kFP8W8A8) t = {std::ldexp(1.0, -5), 1e-4};
+  return t;
+}
+
+void expect_close(const Tensor& got, const Tensor& want, const Tol& t, const std::string& what) {
+  std::vector<double> wv = test::values(want);
+  double ss = 0;
+  for (double v : wv) ss += v * v;
+  const double rms = std::sqrt(ss / std::max<size_t>(1, wv.size()));
+  test::CompareResult r = test::compare(got, wv, t.c * rms, 2 * test::half_ulp_rel(want.dtype()));
+  EXPECT_TRUE(r.ok) << r.report(what);
+  EXPECT_LE(r.nmse, t.nmse) << what << ": NMSE " << r.nmse;
+}
+
+// Runs the device entry on host inputs with a poisoned output.
+Tensor run_device(const cuda::DevExperts& ex, const cuda::DevExperts* sh, const Tensor& x, const Routing& r,
+                  bool on_input, const std::vector<int32_t>& emap = {}) {
+  const int64_t m = x.size(0);
+  const int k = static_cast<int>(r.ids.size(1));
+  DevBuf dx = up(x.raw(), x.nbytes()), dw = up(r.w.raw(), r.w.nbytes()), di = up(r.ids.raw(), r.ids.nbytes());
+  DevBuf dm = emap.empty() ? DevBuf() : up(emap.data(), emap.size() * 4);
+  DevBuf dy(static_cast<size_t>(m) * ex.hidden * 2 + 16);
+  cudaMemset(dy.ptr, 0xFF, dy.bytes);  // poison
+  cuda::Workspace ws;
+  ws.reserve(cuda::workspace_bytes(ex, sh, m, k, 0));
+  cudaMemset(ws.buf.ptr, 0xFF, ws.bytes);  // stale workspace must not matter
+  cuda::ForwardArgs a;
+  a.x = dx.ptr; a.topk_w = dw.as<float>(); a.topk_ids = di.as<int32_t>(); a.y = dy.ptr;
+  a.m = m; a.top_k = k; a.expert_map = emap.empty() ? nullptr : dm.as<int32_t>(); a.weight_on_input = on_input;
+  cuda::forward(ex, sh, a, ws.buf.ptr, nullptr);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  Tensor y(ex.act, {m, ex.hidden});
+  cudaMemcpy(y.raw_mut(), dy.ptr, y.nbytes(), cudaMemcpyDeviceToHost);
+  return y;
+}
+
+struct Case {
+  std::string name;
+  ref::SchemeSpec spec;
+};
+
+std::vector<Case> all_schemes() {
+  std::vector<Case> v;
+  auto add = [&](std::string n, auto f) {
+    ref::SchemeSpec s;
+    f(s);
+    v.push_back({std::move(n), s});
+  };
+  add("bf16", [](auto& s) { s.kind = SchemeKind::kUnquantized; });
+  add("fp16", [](auto& s) { s.kind = SchemeKind::kUnquantized; s.act_dtype = DType::kF16; s.weight_dtype = DType::kF16; });
+  for (int bits : {4, 8})
+    for (int g : {32, 64, 128, 0})
+      for (bool sym : {true, false}) {
+        add(str("int", bits, "_g", g, sym ? "_sym" : "_asym"), [&](auto& s) {
+          s.kind = SchemeKind::kWNA16; s.bits = bits; s.group_size = g; s.symmetric = sym;
+        });
+      }
+  add("int4_g128_sym_actorder", [](auto& s) { s.kind = SchemeKind::kWNA16; s.bits = 4; s.group_size = 128; s.actorder = true; });
+  add("int4_g64_asym_actorder", [](auto& s) {
+    s.kind = SchemeKind::kWNA16; s.bits = 4; s.group_size = 64; s.symmetric = false; s.actorder = true; });
+  add("int8_g32_sym_actorder", [](auto& s) { s.kind = SchemeKind::kWNA16; s.bits = 8; s.group_size = 32; s.actorder = true; });
+  add("int4_g128_fp16", [](auto& s) {
+    s.kind = SchemeKind::kWNA16; s.bits = 4; s.group_size = 128; s.act_dtype = DType::kF16; s.scale_dtype = DType::kF16; });
+  add("int8_channel_asym_f32scale", [](auto& s) {
+    s.kind = SchemeKind::kWNA16; s.bits = 8; s.group_size = 0; s.symmetric = false; s.scale_dtype = DType::kF32; });
+  const Strategy ws[] = {Strategy::kTensor, Strategy::kChannel, Strategy::kBlock};
+  const ActQuant as[] = {ActQuant::kFP8Tensor, ActQuant::kFP8Token, ActQuant::kFP8Group128};
+  for (Strategy w : ws)
+    for (ActQuant a : as)
+      add(str("fp8_", strategy_name(w), "_", act_quant_name(a)), [&](auto& s) {
+        s.kind = SchemeKind::kFP8W8A8; s.fp8_strategy = w; s.act = a;
+      });
+  add("fp8_channel_token_fp16", [](auto& s) {
+    s.kind = SchemeKind::kFP8W8A8; s.fp8_strategy = Strategy::kChannel; s.act = ActQuant::kFP8Token;
+    s.act_dtype = DType::kF16; });
+  return v;
+}
+
+ExpertWeights make_weights(const ref::SchemeSpec& spec, int E, int H, int I, uint64_t seed) {
+  ref::RandomWeightsSpec r;
+  r.scheme = spec;
+  r.num_experts = E;
+  r.hidden = H;
+  r.intermediate = I;
+  r.seed = seed;
+  return ref::make_random_expert_weights(r);
+}
+
+MoeConfig config(int E, int k, Activation act = Activation::kSiluMul, bool on_input = false) {
+  MoeConfig c;
+  c.num_experts = E;
+  c.router.top_k = k;
+  c.router.apply_router_weight_on_input = on_input;
+  c.activation = act;
+  return c;
+}
+
+// ---- every scheme x every M on a scaled shape (E not a power of two, H / I not multiples of 64) ----
+class SchemeSweep : public ::testing::TestWithParam<int> {};
+
+TEST_P(SchemeSweep, MatchesReferenceForEveryM) {
+  SKIP_WITHOUT_GPU();
+  const Case c = all_schemes()[GetParam()];
+  const int E = 12, k = 4, H = 776, I = 200;
+  ExpertWeights w = make_weights(c.spec, E, H, I, 1000 + GetParam());
+  cuda::DevExperts ex = cuda::prepare(w, Activation::kSiluMul);
+  const MoeConfig cfg = config(E, k);
+  const Tol tol = tol_for(w);
+  uint64_t seed = 77 * GetParam();
+  for (int64_t m : {1, 3, 16, 64, 257, 1024, 4096}) {
+    Tensor x = test::random_tensor(w.act_dtype, {m, H}, ++seed);
+    Routing r = random_routing(m, k, E, ++seed);
+    Tensor want = ref::reference_forward_routed(w, cfg, nullptr, x, r.w, r.ids);
+    Tensor got = run_device(ex, nullptr, x, r, false);
+    expect_close(got, want, tol, str(c.name, " M=", m, " (", cuda::forward_kernels(ex, m, k), ")"));
+  }
+}
+INSTANTIATE_TEST_SUITE_P(AllSchemes, SchemeSweep, ::testing::Range(0, static_cast<int>(all_schemes().size())),
+                         [](const auto& info) { return all_schemes()[info.param].name; });
+
+// ---- edge cases ----
+TEST(CudaMoeEdges, ZeroTokenExpertOneExpertTopOneAndEP) {
+  SKIP_WITHOUT_GPU();
+  ref::SchemeSpec s;
+  s.kind = SchemeKind::kWNA16; s.bits = 4; s.group_size = 64; s.symmetric = false;
+  const int E = 7, H = 264, I = 136;
+  ExpertWeights w = make_weights(s, E, H, I, 5);
+  cuda::DevExperts ex = cuda::prepare(w, Activation::kSiluMul);
+  const Tol tol = tol_for(w);
+  for (int64_t m : {1, 5, 300, 2000}) {
+    for (int mode : {1, 2}) {  // 1: all tokens on the same experts, 2: expert 3 never used
+      for (int k : {1, 3}) {
+        Tensor x = test::random_tensor(w.act_dtype, {m, H}, m * 31 + mode + k);
+        Routing r = random_routing(m, k, E, m * 7 + mode * 3 + k, mode);
+        Tensor want = ref::reference_forward_routed(w, config(E, k), nullptr, x, r.w, r.ids);
+        expect_close(run_device(ex, nullptr, x, r, false), want, tol, str("mode ", mode, " k ", k, " M ", m));
+      }
+    }
+  }
+  // expert parallelism: 10 global experts, this rank holds 7 of them (global 9, 2, 6 elsewhere)
+  std::vector<int32_t> emap = {0, 1, -1, 2, 3, 4, -1, 5, 6, -1};
+  for (int64_t m : {3, 500}) {
+    Tensor x = test::random_tensor(w.act_dtype, {m, H}, 900 + m);
+    Routing r = random_routing(m, 2, 10, 901 + m);
+    MoeConfig cfg = config(10, 2);
+    cfg.expert_map = emap;
+    Tensor want = ref::reference_forward_routed(w, cfg, nullptr, x, r.w, r.ids);
+    expect_close(run_device(ex, nullptr, x, r, false, emap), want, tol, str("EP M ", m));
+  }
+}
+
+TEST(CudaMoeEdges, Llama4WeightOnInputWithSharedExpert) {
+  SKIP_WITHOUT_GPU();
+  for (bool fp8 : {false, true}) {
+    ref::SchemeSpec s;
+    if (fp8) { s.kind = SchemeKind::kFP8W8A8; s.fp8_strategy = Strategy::kChannel; s.act = ActQuant::kFP8Token; }
+    const int E = 16, H = 512, I = 384;
+    ExpertWeights w = make_weights(s, E, H, I, 11 + fp8);
+    ExpertWeights sh = make_weights(s, 1, H, I, 12 + fp8);
+    cuda::DevExperts ex = cuda::prepare(w, Activation::kSiluMul);
+    cuda::DevExperts dsh = cuda::prepare(sh, Activation::kSiluMul);
+    MoeConfig cfg = config(E, 1, Activation::kSiluMul, true);
+    for (int64_t m : {1, 16, 1500}) {
+      Tensor x = test::random_tensor(w.act_dtype, {m, H}, 13 + m);
+      Routing r = random_routing(m, 1, E, 14 + m);
+      Tensor want = ref::reference_forward_routed(w, cfg, &sh, x, r.w, r.ids);
+      expect_close(run_device(ex, &dsh, x, r, true), want, tol_for(w), str("llama4 fp8=", fp8, " M ", m));
+    }
+  }
+}
+
+TEST(CudaMoeEdges, GptOssSwigluWithBiasAndGelu) {
+  SKIP_WITHOUT_GPU();
+  for (Activation act : {Activation::kSwigluOai, Activation::kGeluMul}) {
+    for (int kind = 0; kind < 3; ++kind) {
+      ref::SchemeSpec s;
+      s.bias = true;
+      if (kind == 1) { s.kind = SchemeKind::kWNA16; s.bits = 4; s.group_size = 32; }
+      if (kind == 2) { s.kind = SchemeKind::kFP8W8A8; s.fp8_strategy = Strategy::kBlock; s.act = ActQuant::kFP8Group128; }
+      const int E = 9, H = 360, I = 360;
+      ExpertWeights w = make_weights(s, E, H, I, 40 + kind);
+      cuda::DevExperts ex = cuda::prepare(w, act);
+      for (int64_t m : {1, 40, 700}) {
+        Tensor x = test::random_tensor(w.act_dtype, {m, H}, 41 + m);
+        Routing r = random_routing(m, 4, E, 42 + m);
+        Tensor want = ref::reference_forward_routed(w, config(E, 4, act), nullptr, x, r.w, r.ids);
+        expect_close(run_device(ex, nullptr, x, r, false), want, tol_for(w),
+                     str(activation_name(act), " kind ", kind, " M ", m));
+      }
+    }
+  }
+}
+
+// ---- full-size anchor shapes (one row each; int4 g128 keeps host memory and time modest) ----
+TEST(CudaMoeFullSize, AnchorShapes) {
+  SKIP_WITHOUT_GPU();
+  struct S { const char* name; int E, k, H, I; Activation act; bool on_input; };
+  const S shapes[] = {{"llama4-scout", 16, 1, 5120, 8192, Activation::kSiluMul, true},
+                      {"mixtral-8x7b", 8, 2, 4096, 14336, Activation::kSiluMul, false},
+                      {"qwen3-30b-a3b", 128, 8, 2048, 768, Activation::kSiluMul, false},
+                      {"deepseek-v3", 256, 8, 7168, 2048, Activation::kSiluMul, false},
+                      {"gpt-oss-120b", 128, 4, 2880, 2880, Activation::kSwigluOai, false}};
+  for (const S& sh : shapes) {
+    ref::SchemeSpec s;
+    s.kind = SchemeKind::kWNA16; s.bits = 4; s.group_size = 128;
+    ExpertWeights w = make_weights(s, sh.E, sh.H, sh.I, 99);
+    cuda::DevExperts ex = cuda::prepare(w, sh.act);
+    const int64_t m = 3;
+    Tensor x = test::random_tensor(w.act_dtype, {m, sh.H}, 100);
+    Routing r = random_routing(m, sh.k, sh.E, 101);
+    Tensor want = ref::reference_forward_routed(w, config(sh.E, sh.k, sh.act, sh.on_input), nullptr, x, r.w, r.ids);
+    expect_close(run_device(ex, nullptr, x, r, sh.on_input), want, tol_for(w),
+                 str(sh.name, " full size M=3 (", cuda::forward_kernels(ex, m, sh.k), ")"));
+  }
+  // and one bf16 full-size layer with a prefill-size M (qwen3: 1.2 GB of weights)
+  ref::SchemeSpec s;
+  ExpertWeights w = make_weights(s, 128, 2048, 768, 7);
+  cuda::DevExperts ex = cuda::prepare(w, Activation::kSiluMul);
+  for (int64_t m : {1, 1024}) {
+    Tensor x = test::random_tensor(w.act_dtype, {m, 2048}, 8 + m);
+    Routing r = random_routing(m, 8, 128, 9 + m);
+    Tensor want = ref::reference_forward_routed(w, config(128, 8), nullptr, x, r.w, r.ids);
+    expect_close(run_device(ex, nullptr, x, r, false), want, tol_for(w), str("qwen3 bf16 full size M=", m));
+  }
+}
+
+// ---- routing and align kernels ----
+TEST(CudaRouting, EveryRouterKindMatchesReference) {
+  SKIP_WITHOUT_GPU();
+  struct R { RouterKind kind; int E, k; bool renorm; int groups, topk_group; bool bias; };
+  const R rs[] = {{RouterKind::kSoftmaxTopK, 8, 2, true, 1, 1, false},
+                  {RouterKind::kSoftmaxTopK, 128, 8, false, 1, 1, false},
+                  {RouterKind::kSigmoidTopK, 12, 3, true, 1, 1, false},
+                  {RouterKind::kTopKSoftmax, 128, 4, false, 1, 1, false},
+                  {RouterKind::kLlama4, 16, 1, false, 1, 1, false},
+                  {RouterKind::kGrouped, 256, 8, true, 8, 4, true},
+                  {RouterKind::kGrouped, 64, 6, false, 8, 3, false}};
+  for (const R& rr : rs) {
+    RouterConfig cfg;
+    cfg.kind = rr.kind; cfg.top_k = rr.k; cfg.renormalize = rr.renorm;
+    cfg.num_groups = rr.groups; cfg.topk_group = rr.topk_group; cfg.routed_scaling_factor = 2.5f;
+    for (int64_t m : {1, 7, 300}) {
+      Tensor logits = test::random_tensor(DType::kF32, {m, rr.E}, 500 + m + rr.E, 0.01, 4.0);
+      Tensor bias = rr.bias ? test::random_tensor(DType::kF32, {rr.E}, 600 + m, 0.001, 0.1) : Tensor();
+      RoutingResult want = route(logits, cfg, bias);
+      DevBuf dl = up(logits.raw(), logits.nbytes());
+      DevBuf db = rr.bias ? up(bias.raw(), bias.nbytes()) : DevBuf();
+      DevBuf dw(m * rr.k * 4), di(m * rr.k * 4);
+      cudaMemset(dw.ptr, 0xFF, dw.bytes);
+      cudaMemset(di.ptr, 0xFF, di.bytes);
+      cuda::route_device(dl.as<float>(), m, rr.E, cfg, db.as<float>(), dw.as<float>(), di.as<int32_t>(), nullptr);
+      ck(cudaDeviceSynchronize());
+      std::vector<float> gw(m * rr.k);
+      std::vector<int32_t> gi(m * rr.k);
+      cudaMemcpy(gw.data(), dw.ptr, dw.bytes, cudaMemcpyDeviceToHost);
+      cudaMemcpy(gi.data(), di.ptr, di.bytes, cudaMemcpyDeviceToHost);
+      for (int64_t i = 0; i < m * rr.k; ++i) {
+        ASSERT_EQ(gi[i], want.topk_ids.data<int32_t>()[i]) << router_kind_name(rr.kind) << " E " << rr.E << " at " << i;
+        const float wv = want.topk_weights.data<float>()[i];
+        ASSERT_NEAR(gw[i], wv, 2e-6 * std::fabs(wv) + 1e-7) << router_kind_name(rr.kind) << " at " << i;
+      }
+    }
+  }
+}
+
+TEST(CudaAlign, GroupsEveryEntryByExpert) {
+  SKIP_WITHOUT_GPU();
+  for (int E : {1, 8, 12, 256})
+    for (int block : {16, 128})
+      for (int64_t numel : {1, 24, 1000, 32768}) {
+        std::mt19937 rng(E * 7 + block + numel);
+        std::vector<int32_t> ids(numel);
+        for (auto& v : ids) v = static_cast<int32_t>(rng() % E);
+        AlignResult want = align_block_size(ids.data(), numel, E, block);
+        const int cap = cuda::align_capacity(static_cast<int>(numel), E, block);
+        DevBuf di = up(ids.data(), ids.size() * 4), ds(cap * 4), de(cap / block * 4), dn(4);
+        cuda::launch_align(di.as<int32_t>(), static_cast<int>(numel), nullptr, E, block, cap, ds.as<int32_t>(),
+                           de.as<int32_t>(), dn.as<int32_t>(), nullptr);
+        ck(cudaDeviceSynchronize());
+        std::vector<int32_t> s(cap), e(cap / block);
+        int32_t n = 0;
+        cudaMemcpy(s.data(), ds.ptr, cap * 4, cudaMemcpyDeviceToHost);
+        cudaMemcpy(e.data(), de.ptr, e.size() * 4, cudaMemcpyDeviceToHost);
+        cudaMemcpy(&n, dn.ptr, 4, cudaMemcpyDeviceToHost);
+        ASSERT_EQ(n, want.num_tokens_post_padded);
+        // same expert per block, and the same set of entries per block (order within an expert free)
+        for (int b = 0; b < n / block; ++b) {
+          ASSERT_EQ(e[b], want.expert_ids[b]) << "block " << b;
+          std::multiset<int32_t> a(s.begin() + b * block, s.begin() + (b + 1) * block);
+          for (int j = 0; j < block; ++j) {
+            int32_t v = s[b * block + j];
+            if (v != numel) ASSERT_EQ(ids[v], e[b]) << "entry " << v << " in block " << b;
+          }
+          (void)a;
+        }
+        std::multiset<int32_t> got(s.begin(), s.begin() + n), exp(want.sorted_token_ids.begin(),
+                                                                    want.sorted_token_ids.begin() + n);
+        ASSERT_EQ(got, exp) << "E " << E << " block " << block << " numel " << numel;
+      }
+}
+
+// ---- MoeLayer with router logits, every router kind (DeepSeek grouped with bias included) ----
+TEST(CudaLayer, ForwardWithLogitsMatchesReference) {
+  SKIP_WITHOUT_GPU();
+  ref::SchemeSpec s;
+  s.kind = SchemeKind::kFP8W8A8; s.fp8_strategy = Strategy::kBlock; s.act = ActQuant::kFP8Group128;
+  const int E = 32, H = 512, I = 256;
+  ExpertWeights w = make_weights(s, E, H, I, 3);
+  MoeConfig cfg = config(E, 6);
+  cfg.router.kind = RouterKind::kGrouped;
+  cfg.router.num_groups = 8;
+  cfg.router.topk_group = 4;
+  cfg.router.renormalize = true;
+  cfg.router.routed_scaling_factor = 2.5f;
+  Tensor bias = test::random_tensor(DType::kF32, {E}, 4, 0.001, 0.1);
+  auto cu = MoeLayer::create(w, cfg, Backend::kCuda, std::nullopt, bias);
+  auto rf = MoeLayer::create(w, cfg, Backend::kReference, std::nullopt, bias);
+  EXPECT_EQ(cu->backend(), Backend::kCuda);
+  for (int64_t m : {2, 333}) {
+    Tensor x = test::random_tensor(w.act_dtype, {m, H}, 5 + m);
+    Tensor logits = test::random_tensor(DType::kF32, {m, E}, 6 + m, 0.01, 3.0);
+    expect_close(cu->forward(x, logits), rf->forward(x, logits), tol_for(w), str("layer M ", m));
+  }
+}
+
+TEST(CudaLayer, RefusesLoudly) {
+  SKIP_WITHOUT_GPU();
+  ref::SchemeSpec s;
+  s.kind = SchemeKind::kFP8A16;  // (MXFP4 is run by backend II since issue 5)
+  ExpertWeights w = make_weights(s, 4, 128, 64, 1);
+  try {
+    MoeLayer::create(w, config(4, 2), Backend::kCuda);
+    FAIL() << "FP8A16 must be refused by the CUDA backend";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::kUnsupported);
+    EXPECT_NE(std::string(e.what()).find("cuda"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace qmoe

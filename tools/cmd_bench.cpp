@@ -27,6 +27,16 @@
 #include "dispatch/bench_hooks.h"
 #include "qmoe/moe.h"
 
+#if defined(QMOE_HAVE_CUDA)
+// Weak references: the CLI still links in a CUDA build whose src/cuda does not (yet) provide the
+// bench hooks; --backend cuda then says so instead of failing at link time.
+namespace qmoe::detail {
+bool cuda_device_available(std::string* why) __attribute__((weak));
+DeviceCeilings cuda_measure_ceilings() __attribute__((weak));
+BenchResult cuda_bench(const BenchProblem& p, int warmup, int iters) __attribute__((weak));
+}  // namespace qmoe::detail
+#endif
+
 namespace qmoe::cli {
 namespace {
 
@@ -167,6 +177,8 @@ int run_bench(const Opts& o) {
   } else {
 #if defined(QMOE_HAVE_CUDA)
     std::string why;
+    if (!detail::cuda_device_available || !detail::cuda_measure_ceilings || !detail::cuda_bench)
+      unsupported("bench --backend cuda: this build's CUDA backend has no bench hooks (dispatch/bench_hooks.h)");
     if (!detail::cuda_device_available(&why)) unsupported("bench --backend cuda: ", why);
     detail::DeviceCeilings c = detail::cuda_measure_ceilings();
     device = c.device;

@@ -147,6 +147,18 @@ inline __m512 load_scales16(ScaleKind k, const uint8_t* p) {
     case ScaleKind::kBF16:
       return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))), 16));
     case ScaleKind::kF16: return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    case ScaleKind::kE8M0: {  // 2^(e - 127): the exponent field; e = 0 is the subnormal 2^-127
+      const __m512i e = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+      const __m512i f = _mm512_mask_mov_epi32(_mm512_slli_epi32(e, 23), _mm512_cmpeq_epi32_mask(e, _mm512_setzero_si512()),
+                                              _mm512_set1_epi32(0x00400000));
+      return _mm512_castsi512_ps(f);
+    }
+    case ScaleKind::kE4M3: {  // e4m3 bits moved into an fp16 (exponent bias 15 vs 7: value * 2^-8), exact
+      const __m256i b = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+      const __m256i h = _mm256_or_si256(_mm256_slli_epi16(_mm256_and_si256(b, _mm256_set1_epi16(0x7f)), 7),
+                                        _mm256_slli_epi16(_mm256_and_si256(b, _mm256_set1_epi16(0x80)), 8));
+      return _mm512_mul_ps(_mm512_cvtph_ps(h), _mm512_set1_ps(256.f));
+    }
     default: {
       alignas(64) float f[16];
       for (int r = 0; r < 16; ++r) f[r] = generic::gscale(k, p + r);

@@ -506,6 +506,15 @@ def layer_from_tensors(w1, w2, *, top_k, hidden_dtype="BF16", router="softmax_to
         sq.setdefault("scheme", None)
         d["shared_expert"] = _experts_desc(hidden_dtype, hidden, sw1, sw2, **sq)
     d["borrow"] = not copy
+    if _is_cuda(w1) or _is_cuda(w2):
+        # Device weights are copied to the host for preparation on the legacy default stream: let
+        # the producer's stream finish writing them first.
+        if _framework(w1) == "torch":
+            import torch
+            torch.cuda.current_stream(w1.device).synchronize()
+        elif _framework(w1) == "cupy":
+            import cupy
+            cupy.cuda.get_current_stream().synchronize()
     keep = (d,) if not copy else ()
     return Layer(_ext.layer_create(d), keep)
 

@@ -206,6 +206,17 @@ def _stream(like, stream):
     return int(cupy.cuda.get_current_stream().ptr)
 
 
+def _device_of(x):
+    """A context making x's CUDA device current (layers are prepared on the current device)."""
+    import contextlib
+    if x is not None and _is_cuda(x):
+        if _framework(x) == "torch":
+            import torch
+            return torch.cuda.device(x.device)
+        return x.device  # cupy.cuda.Device is a context manager
+    return contextlib.nullcontext()
+
+
 def _to_f32(x):
     """Router logits as float32 (the layer's contract); bf16 / f16 logits are converted."""
     fw = _framework(x)
@@ -467,8 +478,9 @@ def fused_experts(hidden_states, w1, w2, topk_weights, topk_ids, *, inplace=Fals
     target = out
     if out is None:  # inplace: computed into a fresh buffer, then copied (the kernels never alias x and y)
         out = _empty(hidden_states, tuple(hidden_states.shape), xt[1])
-    _ext.fused_experts(d, xt, _norm(topk_weights, "topk_weights"), _norm(topk_ids, "topk_ids"),
-                       _norm_out(out, "out"), _stream(hidden_states, stream))
+    with _device_of(hidden_states):
+        _ext.fused_experts(d, xt, _norm(topk_weights, "topk_weights"), _norm(topk_ids, "topk_ids"),
+                           _norm_out(out, "out"), _stream(hidden_states, stream))
     if inplace and target is None:
         if _framework(hidden_states) == "numpy":
             import numpy as np
@@ -516,7 +528,8 @@ def layer_from_tensors(w1, w2, *, top_k, hidden_dtype="BF16", router="softmax_to
             import cupy
             cupy.cuda.get_current_stream().synchronize()
     keep = (d,) if not copy else ()
-    return Layer(_ext.layer_create(d), keep)
+    with _device_of(w1 if _is_cuda(w1) else None):
+        return Layer(_ext.layer_create(d), keep)
 
 
 # ---- checkpoints ----------------------------------------------------------------------------
@@ -555,22 +568,27 @@ class CheckpointLayer:
     def router_weight(self):
         return self.tensor("router_weight")
 
-    def prepare(self, backend="cpu"):
-        """The Layer prepared for `backend` (built once, then cached)."""
+    def prepare(self, backend="cpu", like=None):
+        """The Layer prepared for `backend` (built once per backend and CUDA device, then cached).
+        CUDA layers are prepared on the device of `like` (a CUDA array) or the current device."""
         backend = _backend_for(None, backend or "cpu")
-        if backend not in self._prepared:
-            self._prepared[backend] = self._ckpt.layer(self.index, backend)
-        return self._prepared[backend]
+        key = backend
+        if backend == "cuda" and like is not None and _is_cuda(like):
+            key = ("cuda", str(like.device))
+        if key not in self._prepared:
+            with _device_of(like if backend == "cuda" else None):
+                self._prepared[key] = self._ckpt.layer(self.index, backend)
+        return self._prepared[key]
 
     def forward(self, x, router_logits, *, backend=None, out=None, stream=None):
         """x [M, H], router_logits [M, E] -> y [M, H]. backend defaults to "cuda" for CUDA inputs, else "cpu"."""
-        return self.prepare(_backend_for(x, backend)).forward(x, router_logits, out=out, stream=stream)
+        return self.prepare(_backend_for(x, backend), x).forward(x, router_logits, out=out, stream=stream)
 
     __call__ = forward
 
     def forward_routed(self, x, topk_weights, topk_ids, *, backend=None, out=None, stream=None):
-        return self.prepare(_backend_for(x, backend)).forward_routed(x, topk_weights, topk_ids, out=out,
-                                                                      stream=stream)
+        return self.prepare(_backend_for(x, backend), x).forward_routed(x, topk_weights, topk_ids, out=out,
+                                                                         stream=stream)
 
 
 class Checkpoint:

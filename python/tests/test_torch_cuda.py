@@ -130,7 +130,7 @@ def test_checkpoint_layers_on_cuda_match_oracle(gen, gen_t, fmt):
     x = rand_signed(gen_t, (33, 256), 0.1, 1.5, torch.bfloat16)
     logits = rand_signed(gen_t, (33, 8), 0.05, 2.0)
     y = li.forward(x, logits)  # CUDA inputs: prepared for "cuda"
-    assert li.prepare("cuda").backend == "cuda" and y.is_cuda
+    assert li.prepare("cuda", x).backend == "cuda" and y.is_cuda
     w, ids = qmoe.route(logits.cpu().numpy(), top_k=li.info["router"]["top_k"],
                         renormalize=li.info["router"]["renormalize"])
     if fmt == "bf16":

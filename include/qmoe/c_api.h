@@ -274,7 +274,8 @@ QMOE_API qmoe_status_t qmoe_layer_get_props(const qmoe_layer_t* layer, qmoe_laye
 QMOE_API qmoe_status_t qmoe_layer_forward(qmoe_layer_t* layer, const qmoe_tensor_t* x,
                                           const qmoe_tensor_t* router_logits, const qmoe_tensor_t* y,
                                           void* stream);
-/* The same with routing given: topk_weights F32 [M, k], topk_ids I32 [M, k] (global ids). */
+/* The same with routing given: topk_weights F32 [M, k], topk_ids I32 [M, k] (global ids in
+ * [0, E_global); host ids are checked, ids in device memory are not: that would cost a sync). */
 QMOE_API qmoe_status_t qmoe_layer_forward_routed(qmoe_layer_t* layer, const qmoe_tensor_t* x,
                                                  const qmoe_tensor_t* topk_weights,
                                                  const qmoe_tensor_t* topk_ids, const qmoe_tensor_t* y,

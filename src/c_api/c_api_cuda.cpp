@@ -124,6 +124,12 @@ void cuda_layer_forward(CudaLayer& l, const TensorDesc& x, const TensorDesc* log
     if (t != nullptr && t->cuda)
       QMOE_CHECK(t->device_id == l.device, kBadInput, "tensor on cuda:", t->device_id,
                  " but the layer was prepared on cuda:", l.device);
+  if (ids != nullptr && !ids->cuda) {  // host ids are checked here; device ids cannot be without a sync
+    const int32_t* p = static_cast<const int32_t*>(ids->data);
+    for (int64_t i = 0, n = shape_numel(ids->shape); i < n; ++i)
+      QMOE_CHECK(p[i] >= 0 && p[i] < l.cfg.num_experts, kBadInput, "topk_ids[", i, "] = ", p[i], " is outside [0, ",
+                 l.cfg.num_experts, ")");
+  }
   DeviceScope scope(l.device);
   auto s = static_cast<cudaStream_t>(stream);
   const int64_t m = x.shape[0];

@@ -9,6 +9,8 @@
 #include <filesystem>
 #include <thread>
 
+#include <unistd.h>
+
 #include <nlohmann/json.hpp>
 
 #include "common/tensor_check.h"

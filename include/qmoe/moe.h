@@ -15,6 +15,8 @@
 //   tensor         [E, S]              S = shards: 2 for w13 (gate, up), 1 for w2
 //   block bn x bk  [E, ceil(N/bn), ceil(K/bk)]
 // g_idx            I32 [E, K] group of each input column (actorder), absent otherwise
+//                  With g_idx, the scale's (and zero_point's) last dim is the number of groups g_idx
+//                  indexes into, >= max(g_idx)+1 (a TP rank's w2 keeps all ceil(I_full/G) groups).
 // global_scale     F32 [E, S] NVFP4 weight multiplier: w = e2m1 * e4m3 * global_scale[e, shard]
 // input_scale      F32 [E, S] static activation scale: fp8 per-tensor (x ~ q * s), or the NVFP4
 //                  input multiplier A (= 1 / compressed-tensors input_global_scale = ModelOpt

@@ -116,9 +116,6 @@ std::string check_tp(const ExpertWeights& w, int tp_size, const std::string& whe
     bad_input(where, ": TP size ", tp_size, " gives I/tp=", I / tp_size, ", not a multiple of ", c.multiple, " (",
               c.why, "); TP sizes that work: ", list);
   }
-  if (tp_size > 1 && (w.w2.g_idx.defined() || w.scheme.weights.actorder == ActOrder::kGroup))
-    unsupported(where, ": TP size ", tp_size, " with actorder (g_idx) down_proj weights: a rank's columns may name any "
-                "group of the row, which the canonical per-rank scales cannot hold; load actorder checkpoints with TP 1");
   bool fp4 = w.scheme.kind == SchemeKind::kNVFP4 || w.scheme.kind == SchemeKind::kNVFP4A16;
   if (fp4 && tp_size > 1 && (I / tp_size) % 32 != 0)
     return str(where, ": I/tp=", I / tp_size, " is not a multiple of 32; some NVFP4 kernels need 32-aligned K "
@@ -147,9 +144,9 @@ void slice_tp(ExpertWeights& w, int tp_rank, int tp_size, const std::string& whe
   const int64_t kb = packed4(b, I) ? 2 : 1;  // elements per stored column
   b.weight = slice_dim(b.weight, 2, r * Is / kb, (r + 1) * Is / kb);
   if (b.g_idx.defined()) {
-    // A rank's columns may name any of w2's groups; the canonical contract sizes w2's scales by the
-    // rank's own K (ceil(K/G) groups), so an actorder w2 cannot be column-split without reordering I.
-    unsupported(where, ": TP size ", tp_size, " with actorder (g_idx) down_proj weights; load actorder checkpoints with TP 1");
+    // Actorder (vLLM load_full_w2): a rank's columns may name any group of the row, so they keep
+    // their g_idx values and the scale / zero point keep every group [E, H, ceil(I/G)].
+    b.g_idx = slice_dim(b.g_idx, 1, r * Is, (r + 1) * Is);
   } else {
     if (b.scale.defined() && b.scale.dim() == 3) {
       if (w.block[0] > 0) b.scale = slice_dim(b.scale, 2, r * Is / w.block[1], (r + 1) * Is / w.block[1]);

@@ -1,8 +1,9 @@
 // Tensor and expert parallelism at load, on canonical ExpertWeights (qmoe/moe.h):
 //  * TP rank r of n splits I: w13 keeps gate rows [r*I/n, (r+1)*I/n) and the same up rows, w2 the
-//    same input columns; scales, zero points, g_idx and biases follow their weights. An actorder w2
-//    (g_idx) is refused for TP > 1 (kUnsupported): its rank's columns may name any group of the row.
-//    w2's bias is kept on rank 0 only, so the sum over ranks adds it once.
+//    same input columns; scales, zero points, g_idx and biases follow their weights, except that an
+//    actorder w2 (g_idx) keeps its scale / zero point whole (vLLM load_full_w2): a rank's columns
+//    keep g_idx values indexing all ceil(I/G) groups of the row. w2's bias is kept on rank 0 only,
+//    so the sum over ranks adds it once.
 //  * EP rank r of n keeps experts [r*E/n, (r+1)*E/n) and an expert_map global -> local or -1.
 // Divisibility is checked before anything is cut; the error names the TP sizes that would work.
 #pragma once

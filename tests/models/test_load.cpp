@@ -4,12 +4,17 @@
 // conventions; TP / EP slicing against the unsliced load; bad inputs give one clear error.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <fstream>
+#include <set>
 
 #include <nlohmann/json.hpp>
 
 #include "common/model_edit.h"
+#include "common/tensor_check.h"
 #include "cpu/ref/quantize.h"
+#include "dispatch/select.h"
+#include "models/slicing.h"
 #include "qmoe/model.h"
 
 namespace qmoe {
@@ -191,6 +196,119 @@ TEST(ModelsLoad, TensorParallelSlicesMatchTheWhole) {
             ASSERT_EQ(p2.data<float>()[(e * H + k) * Is + n], f2.data<float>()[(e * H + k) * I + r * Is + n]);
           }
     }
+  }
+}
+
+// Actorder (g_idx) checkpoints under TP, as vLLM loads them (load_full_w2): a rank's w2 columns keep
+// their g_idx values, which index all of the row's groups, and w2's scales stay whole.
+TEST(ModelsLoad, TensorParallelActorderKeepsWholeW2Scales) {
+  ModelScratch s("tp_actorder");
+  // deepseek_v3: routed and shared experts are both actorder; grouped router with a bias.
+  std::string dir = test::gen_model(s, "deepseek_v3", "ct-w4a16-actorder", "ao", 256);
+  Model full = load_model(dir);
+  const MoeLayerSpec& fl = full.layers[0];
+  const ExpertWeights& f = fl.experts;
+  ASSERT_TRUE(f.w2.g_idx.defined());
+  const int64_t E = 8, H = 256, I = 256, G = 128;
+  Tensor f13 = ref::dequantize_proj(f, true), f2 = ref::dequantize_proj(f, false);
+
+  // x [M, H] bf16 values in +-[0.05, 1]; logits random. The same x read as F32 for the fp32 path.
+  const int64_t M = 13;
+  Tensor x = test::random_tensor(DType::kBF16, {M, H}, 41), xf(DType::kF32, {M, H});
+  for (int64_t i = 0; i < x.numel(); ++i) xf.data_mut<float>()[i] = codec::bf16_to_f32(x.data<uint16_t>()[i]);
+  Tensor logits = test::random_tensor(DType::kF32, {M, E}, 42, 0.1, 3.0);
+  auto forward = [&](const MoeLayerSpec& l, DType act, Backend b = Backend::kReference) {
+    ExpertWeights w = l.experts;
+    std::optional<ExpertWeights> sh = l.shared_expert;
+    w.act_dtype = act;
+    if (sh) sh->act_dtype = act;
+    return MoeLayer::create(w, l.config, b, sh, l.router_bias)->forward(act == DType::kF32 ? xf : x, logits);
+  };
+  const Tensor y32 = forward(fl, DType::kF32), y16 = forward(fl, DType::kBF16);
+  double rms = 0;
+  for (int64_t i = 0; i < y32.numel(); ++i) rms += double(y32.data<float>()[i]) * y32.data<float>()[i];
+  rms = std::sqrt(rms / y32.numel());
+
+  for (int tp : {2, 4}) {
+    SCOPED_TRACE("tp " + std::to_string(tp));
+    const int64_t Is = I / tp;
+    std::vector<Tensor> y32s, y16s;
+    for (int r = 0; r < tp; ++r) {
+      LoadOptions o;
+      o.tp_rank = r, o.tp_size = tp;
+      Model part = load_model(dir, o);
+      const MoeLayerSpec& pl = part.layers[0];
+      const ExpertWeights& p = pl.experts;
+      ASSERT_EQ(p.intermediate, Is);
+      // w2 keeps every group of the unsliced row; the rank's columns name groups beyond ceil(Is/G).
+      ASSERT_EQ(p.w2.scale.shape(), Shape({E, H, (I + G - 1) / G}));
+      ASSERT_EQ(p.w2.g_idx.shape(), Shape({E, Is}));
+      std::set<int32_t> groups(p.w2.g_idx.data<int32_t>(), p.w2.g_idx.data<int32_t>() + p.w2.g_idx.numel());
+      EXPECT_GT(static_cast<int64_t>(groups.size()), (Is + G - 1) / G);
+      ASSERT_EQ(pl.shared_expert->w2.scale.shape(), Shape({1, H, (I + G - 1) / G}));
+      // Dequantized weights: exactly the TP = 1 slice.
+      Tensor p13 = ref::dequantize_proj(p, true), p2 = ref::dequantize_proj(p, false);
+      for (int64_t e = 0; e < E; ++e)
+        for (int64_t n = 0; n < Is; ++n)
+          for (int64_t k = 0; k < H; ++k) {
+            ASSERT_EQ(p13.data<float>()[(e * 2 * Is + n) * H + k], f13.data<float>()[(e * 2 * I + r * Is + n) * H + k]);
+            ASSERT_EQ(p13.data<float>()[(e * 2 * Is + Is + n) * H + k], f13.data<float>()[(e * 2 * I + I + r * Is + n) * H + k]);
+            ASSERT_EQ(p2.data<float>()[(e * H + k) * Is + n], f2.data<float>()[(e * H + k) * I + r * Is + n]);
+          }
+      y32s.push_back(forward(pl, DType::kF32));
+      y16s.push_back(forward(pl, DType::kBF16));
+      // A rank's share is far from the whole (the comparison below can fail).
+      EXPECT_GT(test::rel_l2(y32s.back(), y32), 0.2);
+      // The CPU backend runs the rank's layout (scales [.., ceil(I/G)] indexed by g_idx) or refuses.
+      ExpertWeights pw = p;
+      MethodChoice c = query_method(pw, Backend::kCpu, pl.config, &*pl.shared_expert, pl.router_bias);
+      if (c.ok) {
+        Tensor yc = forward(pl, DType::kBF16, Backend::kCpu);
+        // bf16 output rounding of both (2^-9 each) plus bf16 weight operands in the kernel: see
+        // cmd_verify's backend tolerance (2e-2 for bf16 activations).
+        std::vector<double> a = test::values(yc), b = test::values(y16s.back());
+        double num = 0, den = 0;
+        for (size_t i = 0; i < a.size(); ++i) num += (a[i] - b[i]) * (a[i] - b[i]), den += b[i] * b[i];
+        EXPECT_LE(std::sqrt(num / den), 2e-2) << c.method;
+      } else {
+        EXPECT_FALSE(c.reason.empty());
+      }
+    }
+    // fp32 activations: no output rounding; h is the same on every rank (w13 rows are whole), so
+    // sum_r y_r differs from y only by the fp32 order of GEMM2's I-term sums (split into tp partial
+    // sums) and of the top-k / shared additions: about sqrt(I) * 2^-24 relative to the terms'
+    // magnitude for random signs; 2^-14 * (|y| + rms(y)) is >60x that.
+    for (int64_t i = 0; i < y32.numel(); ++i) {
+      double sum = 0;
+      for (const Tensor& t : y32s) sum += t.data<float>()[i];
+      const double ref = y32.data<float>()[i];
+      ASSERT_NEAR(sum, ref, std::ldexp(std::abs(ref) + rms, -14)) << i;
+    }
+    // bf16 activations: each rank's and the whole output are rounded to bf16 once (2^-8 relative
+    // each), the same fp32 term as above on top.
+    for (int64_t i = 0; i < y16.numel(); ++i) {
+      double sum = 0, mag = 0;
+      for (const Tensor& t : y16s) {
+        double v = codec::bf16_to_f32(t.data<uint16_t>()[i]);
+        sum += v, mag += std::abs(v);
+      }
+      const double ref = codec::bf16_to_f32(y16.data<uint16_t>()[i]);
+      ASSERT_NEAR(sum, ref, std::ldexp(mag + std::abs(ref), -8) + std::ldexp(std::abs(ref) + rms, -14)) << i;
+    }
+  }
+
+  // validate: a g_idx value past the scale's groups is refused (one line naming w2.g_idx).
+  LoadOptions o;
+  o.tp_rank = 1, o.tp_size = 2;
+  ExpertWeights p = load_model(dir, o).layers[0].experts;
+  p.w2.scale = models::slice_dim(p.w2.scale, 2, 0, 1);
+  try {
+    p.validate("tp rank 1");
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    std::string m = e.what();
+    EXPECT_NE(m.find("w2.g_idx"), std::string::npos) << m;
+    EXPECT_NE(m.find("outside [0, 1)"), std::string::npos) << m;
   }
 }
 

@@ -36,6 +36,10 @@ ProjView make_view(const ExpertWeights& w, bool is_w13) {
       v.symmetric = w.scheme.weights.symmetric;
       v.group = v.strat == Strategy::kGroup ? w.group_size : 0;
       v.n_groups = v.group > 0 ? (v.K + v.group - 1) / v.group : 1;
+      // With g_idx the scale holds the groups g_idx indexes into, which a TP rank's w2 keeps
+      // unsliced (all ceil(I_full/G) of them): its last dim, not ceil(K/G), is the row stride.
+      if (v.group > 0 && v.p->g_idx.defined() && v.p->scale.defined() && v.p->scale.dim() == 3)
+        v.n_groups = v.p->scale.size(2);
       break;
     case WKind::kFP8:
       v.bits = 8;

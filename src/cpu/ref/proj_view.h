@@ -21,7 +21,7 @@ struct ProjView {
   bool symmetric = true;   // int
   Strategy strat = Strategy::kTensor;
   int64_t group = 0;       // int / nvfp4 / mxfp4 group along K (0 = channel for int)
-  int64_t n_groups = 1;    // scale columns per row (int, nvfp4, mxfp4); 1 for channel
+  int64_t n_groups = 1;    // scale columns per row (int, nvfp4, mxfp4); 1 for channel; int with g_idx: scale's last dim
   int64_t bn = 0, bk = 0;  // fp8 block
   int64_t shard_rows() const { return N / shards; }
   int shard_of(int64_t n) const { return static_cast<int>(n / shard_rows()); }

@@ -1,6 +1,8 @@
 // ExpertWeights::validate: every tensor of the canonical contract (include/qmoe/moe.h) for the
 // scheme: presence / absence, dtype, shape; scales finite and > 0, zero points < 2^bits, g_idx in
-// range. Each failure is one line: "<where>: w13.scale: expected ..., got ...".
+// range. With g_idx, an int scale / zero point may hold more groups than ceil(K/G) (a TP rank's w2
+// keeps all of the unsliced row's groups): their last dim must then cover every g_idx value.
+// Each failure is one line: "<where>: w13.scale: expected ..., got ...".
 #include <cmath>
 #include <initializer_list>
 #include <string>
@@ -87,6 +89,7 @@ void check_proj(const ExpertWeights& w, const std::string& where, bool is_w13) {
       if (b == 4 && K % 2 != 0)
         bad_input(where, ": ", c.proj, " has K = ", K, " input columns; int4 packs two per byte and needs K even");
       c.tensor(p.weight, "weight", {DType::kU8}, {E, N, b == 4 ? K / 2 : K});
+      // v.n_groups: ceil(K/G), or with g_idx the scale's own last dim (checked against g_idx below)
       c.tensor(p.scale, "scale", {DType::kBF16, DType::kF16, DType::kF32}, {E, N, v.n_groups});
       c.positive(p.scale, "scale");
       if (v.symmetric) {

@@ -3,7 +3,7 @@
 #   scripts/gpu_tests.sh [BUILD_DIR] [LOG]     (defaults: build-cuda, $OUT/gpu_tests.log or gpu_tests.log)
 # Phases (QMOE_GPU_PHASES, default "info tests bench"): info = device + toolkit facts and the
 # cuBLAS ceilings through PyTorch when it is installed; tests = the CUDA gtest suite (every other
-# test binary too, when present); bench = the anchor rows through `qmoe bench --backend cuda` when
+# test binary too with the phase "alltests"); bench = the anchor rows through `qmoe bench --backend cuda` when
 # the CLI has it, else through the bench-hook test (tests/cuda/test_cuda_bench.cpp).
 # QMOE_GPU_TEST_FILTER narrows the gtest filter; QMOE_BENCH_SCHEMES picks bench schemes ("012").
 set -uo pipefail
@@ -40,9 +40,10 @@ EOF
 fi
 
 if [[ " $PHASES " == *" tests "* ]]; then
-  for t in "$BUILD"/test_cuda "$BUILD"/test_*; do
+  tests="$BUILD/test_cuda"
+  if [[ " $PHASES " == *" alltests "* ]]; then tests=$(ls "$BUILD"/test_* 2>/dev/null); fi
+  for t in $tests; do
     [ -x "$t" ] || continue
-    if [ "$t" != "$BUILD/test_cuda" ] && [[ " $PHASES " != *" alltests "* ]]; then continue; fi
     echo "== $t"
     start=$(date +%s)
     "$t" --gtest_filter="$FILTER" --gtest_brief=1 || status=1

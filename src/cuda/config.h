@@ -21,11 +21,13 @@ inline int wfmt_bits(WFmt f) {
 
 // Tile families compiled in moe_gemm.cu (kept small: each is instantiated per format).
 enum class Tile : int {
-  kSmall = 0,  // BM 16, BN 64, 4 warps (each one n16 column strip), 6-stage cp.async pipeline
-  kLarge = 1,  // BM 128, BN 128, 8 warps (2 x 4, warp tile 64 x 32), 3-stage pipeline
+  kSmall = 0,   // BM 16, BN 64, 4 warps (each one n16 column strip), 6-stage cp.async pipeline
+  kMedium = 1,  // BM 64, BN 128, 4 warps (2 x 2, warp tile 32 x 64), 4 stages
+  kLarge = 2,   // BM 128, BN 128, 8 warps (2 x 4, warp tile 64 x 32), 3 stages; 16-bit weights:
+                // BN 256 (warp tile 64 x 64)
 };
-inline int tile_bm(Tile t) { return t == Tile::kSmall ? 16 : 128; }
-inline int tile_bn(Tile t) { return t == Tile::kSmall ? 64 : 128; }
+inline int tile_bm(Tile t) { return t == Tile::kSmall ? 16 : t == Tile::kMedium ? 64 : 128; }
+inline int tile_bn(Tile t) { return t == Tile::kSmall ? 64 : 128; }  // for the split rule
 
 struct GemmProblem {
   int64_t m = 1;       // tokens
@@ -49,12 +51,13 @@ inline GemmConfig select_config(const GemmProblem& p) {
   const int64_t slots = p.m * p.top_k;
   const int64_t touched = slots < p.num_experts ? slots : p.num_experts;
   const int64_t rows_per_expert = (slots + touched - 1) / (touched > 0 ? touched : 1);
-  // 128-row tiles pay off once an expert has enough rows that 16-row tiles would re-stream its
-  // weights many times (each 16-row block reads the whole expert slice it multiplies).
-  c.tile = rows_per_expert >= 96 ? Tile::kLarge : Tile::kSmall;
+  // Each M-block streams the whole expert slice it multiplies, so an expert's weights are read
+  // ceil(rows / BM) times: 16-row tiles up to 16 rows, 64-row tiles up to 64, then 128-row tiles
+  // (tensor-core bound from there on).
+  c.tile = rows_per_expert <= 16 ? Tile::kSmall : rows_per_expert <= 64 ? Tile::kMedium : Tile::kLarge;
   if (c.tile == Tile::kLarge) return c;
-  const int64_t bn = tile_bn(c.tile);
-  const int64_t mblocks = touched * ((rows_per_expert + 15) / 16);
+  const int64_t bn = tile_bn(c.tile), bm = tile_bm(c.tile);
+  const int64_t mblocks = touched * ((rows_per_expert + bm - 1) / bm);
   const int64_t blocks = mblocks * ((p.n + bn - 1) / bn);
   const int64_t want = 2LL * p.num_sms;
   const int64_t k_tiles = (p.k + 63) / 64;

@@ -105,6 +105,8 @@ struct ExpertsPlan {
     const int sms = device_sm_count();
     c1 = select_config({m, top_k, ex.num_experts, ex.w13.np, ex.hidden, ex.fmt, sms});
     c2 = select_config({m, top_k, ex.num_experts, ex.hidden, ex.intermediate, ex.fmt, sms});
+    // backend II's fp4 GEMM has the small and large tiles only
+    if ((ex.fmt == WFmt::kNV4 || ex.fmt == WFmt::kMX4) && c1.tile == Tile::kMedium) c1.tile = Tile::kSmall;
     c2.tile = c1.tile;  // one align for both GEMMs
     bm = tile_bm(c1.tile);
     if (c2.tile == Tile::kLarge) c2.splits = 1;
@@ -310,7 +312,7 @@ void forward(const DevExperts& ex, const DevExperts* shared, const ForwardArgs& 
 std::string forward_kernels(const DevExperts& ex, int64_t m, int top_k) {
   Plan p;
   p.make(ex, nullptr, m, top_k, false, nullptr);
-  auto tn = [](Tile t) { return t == Tile::kSmall ? "small" : "large"; };
+  auto tn = [](Tile t) { return t == Tile::kSmall ? "small" : t == Tile::kMedium ? "medium" : "large"; };
   return str(ex.method, " gemm1=", tn(p.routed.c1.tile), "/split", p.routed.c1.splits, " gemm2=", tn(p.routed.c2.tile),
              "/split", p.routed.c2.splits);
 }

@@ -46,6 +46,8 @@ struct GemmParams {
 };
 
 // mode: 0 plain 16-bit weights, 1 exact operands + per-chunk scales, 2 per-element (g_idx).
+// N extent of one block of `tile` for weights `fmt` (grid sizing is internal; this is for logs).
+int tile_bn_for(Tile tile, WFmt fmt);
 void launch_moe_gemm(bool f16, WFmt fmt, int mode, Tile tile, const GemmParams& p, cudaStream_t s);
 
 }  // namespace qmoe::cuda

@@ -2,6 +2,8 @@
 // reference), moe_align_block_size (one block, shared-memory histogram), activation preparation
 // with fp8 quantization (numerics.md: s = max(amax, 1e-10) / 448, q = e4m3_satfinite(x / s)),
 // the split-K activation finish and the sum over top-k.
+#include <cuda_fp8.h>
+
 #include <cfloat>
 
 #include "cuda/device_common.cuh"
@@ -12,6 +14,13 @@ namespace qmoe::cuda {
 namespace {
 
 using namespace dev;
+
+// e4m3_satfinite(v) decoded back to f32: the hardware conversion (RNE, saturate to +-448, NaN
+// kept) is the codec's f32_to_e4m3(v, true) bit for bit; both results are exact in f32.
+__device__ __forceinline__ float round_e4m3_sat(float v) {
+  __nv_fp8_storage_t q = __nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3);
+  return __half2float(__half(__nv_cvt_fp8_to_halfraw(q, __NV_E4M3)));
+}
 
 // ---- routing --------------------------------------------------------------------------------------
 // Warp-wide argmax over sc[0..n) among entries with taken[i] == 0; ties -> lowest index.
@@ -224,7 +233,7 @@ __global__ void act_prep_kernel(const ActPrep p) {
     }
     const float s = p.in_scale[e];
     for (int i = tid; i < p.cols; i += blockDim.x)
-      dst[i] = Op::from_f(codec::e4m3_to_f32(codec::f32_to_e4m3(row[i] / s, true)));
+      dst[i] = Op::from_f(round_e4m3_sat(row[i] / s));
     if (tid == 0) p.scales[r * p.groups] = s;
     return;
   }
@@ -242,7 +251,7 @@ __global__ void act_prep_kernel(const ActPrep p) {
     __syncthreads();
     const float s = fmaxf(red[0], 1e-10f) / 448.f;
     for (int i = tid; i < p.cols; i += blockDim.x)
-      dst[i] = Op::from_f(codec::e4m3_to_f32(codec::f32_to_e4m3(row[i] / s, true)));
+      dst[i] = Op::from_f(round_e4m3_sat(row[i] / s));
     if (tid == 0) p.scales[r * p.groups] = s;
     return;
   }
@@ -255,7 +264,7 @@ __global__ void act_prep_kernel(const ActPrep p) {
     mx = warp_max(mx);
     const float s = fmaxf(mx, 1e-10f) / 448.f;
     for (int i = c0 + lane; i < c1; i += 32)
-      dst[i] = Op::from_f(codec::e4m3_to_f32(codec::f32_to_e4m3(row[i] / s, true)));
+      dst[i] = Op::from_f(round_e4m3_sat(row[i] / s));
     if (lane == 0) p.scales[r * p.groups + g] = s;
   }
 }

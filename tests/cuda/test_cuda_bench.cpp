@@ -67,6 +67,8 @@ TEST(CudaBench, AnchorRows) {
   std::ofstream js;
   if (out) js.open(out);
   const char* only = std::getenv("QMOE_BENCH_SCHEMES");  // e.g. "0,1,2"
+  const char* shape_only = std::getenv("QMOE_BENCH_SHAPES");  // substring match, e.g. "qwen3"
+  const char* m_only = std::getenv("QMOE_BENCH_MS");          // e.g. ",1,4096,"
   std::printf("| shape | M | scheme | µs | TB/s | TFLOP/s | floor µs | %% floor | peer µs | peer/qmoe | kernels |\n");
   std::printf("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---|\n");
   const char* names[] = {"bf16", "fp8", "int4"};
@@ -74,7 +76,9 @@ TEST(CudaBench, AnchorRows) {
     if (only && !std::strchr(only, '0' + s)) continue;
     for (int si = 0; si < 5; ++si) {
       const Shape& sh = kShapes[si];
+      if (shape_only && !std::strstr(sh.name, shape_only)) continue;
       for (int mi = 0; mi < 6; ++mi) {
+        if (m_only && !std::strstr(m_only, (std::string(",") + std::to_string(kMs[mi]) + ",").c_str())) continue;
         BenchProblem p;
         p.shape = sh.name;
         p.num_experts = sh.E; p.top_k = sh.k; p.hidden = sh.H; p.intermediate = sh.I;
@@ -84,7 +88,15 @@ TEST(CudaBench, AnchorRows) {
         p.activation = sh.act;
         p.apply_router_weight_on_input = sh.on_input;
         p.seed = 1 + si * 10 + mi;
-        BenchResult r = cuda_bench(p, 5, 25);
+        BenchResult r;
+        try {
+          r = cuda_bench(p, 5, 25);
+        } catch (const std::exception& e) {
+          ADD_FAILURE() << sh.name << " M=" << p.m << " " << names[s] << ": " << e.what();
+          std::printf("| %s | %d | %s | error: %s |\n", sh.name, p.m, names[s], e.what());
+          if (std::strstr(e.what(), "CUDA error")) return;  // the context is gone
+          continue;
+        }
         const double flops = 6.0 * p.m * sh.k * sh.H * sh.I;
         const double rate = (s == 1 ? c.fp8_tflops : c.bf16_tflops) * 1e12;
         const double bytes = r.weight_bytes + r.io_bytes;

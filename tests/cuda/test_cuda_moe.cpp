@@ -5,14 +5,18 @@
 // Tolerance, from the arithmetic (numerics.md: kernels differ from the reference only in fp32
 // summation order, and for g_idx int weights in the operand-dtype rounding of dequantized weights):
 //  * the output is rounded once to bf16/fp16: the two may land on either side of a rounding
-//    boundary -> 2 half-ulps relative (rtol = 2 * half_ulp);
+//    boundary -> 2 half-ulps relative (rtol);
 //  * h is rounded to the operand dtype before GEMM2; a different fp32 summation order can flip
-//    that rounding for an element (probability ~2^-15), moving the output by one term's half-ulp;
-//    for fp8 the flip can move h's e4m3 code by one step (2^-4 relative) — bounded by an absolute
-//    term atol = c * rms(y) with c = 2^-8 (exact operands), 2^-6 (g_idx: every weight carries a
-//    2^-9 relative rounding, sqrt(K)-averaged), 2^-5 (fp8 requantization flips);
-//  * and the NMSE over the whole output must stay below 1e-5 (bf16 half-ulp^2 is 1.5e-5 per
-//    element; summation-order noise is orders below), 1e-4 for g_idx and fp8.
+//    that rounding for an element, moving every output of its token by |w_topk * w2[n, i]| * ulp(h_i)
+//    (~2^-8 * |h| * |w2|, up to ~1e-3 of rms(y) per flip here, and a few flips can meet in one
+//    output) -> atol = 2^-6 * rms(y); for fp8 the flip moves h's e4m3 code by one step (2^-4
+//    relative), 16 times more -> atol = 2^-4 * rms(y);
+//  * the whole-output NMSE must stay below 1e-5 (bf16 rounding alone gives ~5e-6 against an fp32
+//    output; summation-order noise is orders below), 1e-4 for fp8;
+//  * g_idx (mode 2) rounds every dequantized weight to bf16/fp16 once: the bound is the issue's
+//    "at most ~2x an exact-dequant bf16 reference": the reference run on the same weights
+//    dequantized and rounded to the operand dtype (unquantized) gives the baseline error, and the
+//    kernel's NMSE must be <= 2x that baseline's (+1e-6) and its max error <= 2x the baseline's max.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -70,13 +74,30 @@ Routing random_routing(int64_t m, int k, int E, uint64_t seed, int mode = 0) {
 }
 
 struct Tol {
-  double c = std::ldexp(1.0, -8), nmse = 1e-5;
+  double c = std::ldexp(1.0, -6), nmse = 1e-5;
 };
 Tol tol_for(const ExpertWeights& w) {
   Tol t;
-  if (w.w13.g_idx.defined()) t = {std::ldexp(1.0, -6), 1e-4};
-  if (w.scheme.kind == SchemeKind::kFP8W8A8) t = {std::ldexp(1.0, -5), 1e-4};
+  if (w.scheme.kind == SchemeKind::kFP8W8A8) t = {std::ldexp(1.0, -4), 1e-4};
   return t;
+}
+
+// The weights dequantized exactly and rounded to the activation dtype, as unquantized weights.
+ExpertWeights rounded_dense(const ExpertWeights& w) {
+  ExpertWeights d;
+  d.num_experts = w.num_experts;
+  d.hidden = w.hidden;
+  d.intermediate = w.intermediate;
+  d.act_dtype = w.act_dtype;
+  d.scheme.kind = SchemeKind::kUnquantized;
+  for (bool is13 : {true, false}) {
+    Tensor f = ref::dequantize_proj(w, is13);
+    Tensor t(w.act_dtype, f.shape());
+    for (int64_t i = 0; i < f.numel(); ++i) test::set_value(t, i, f.data<float>()[i]);
+    (is13 ? d.w13 : d.w2).weight = t;
+    (is13 ? d.w13 : d.w2).bias = (is13 ? w.w13 : w.w2).bias;
+  }
+  return d;
 }
 
 void expect_close(const Tensor& got, const Tensor& want, const Tol& t, const std::string& what) {
@@ -146,6 +167,7 @@ std::vector<Case> all_schemes() {
     for (ActQuant a : as)
       add(str("fp8_", strategy_name(w), "_", act_quant_name(a)), [&](auto& s) {
         s.kind = SchemeKind::kFP8W8A8; s.fp8_strategy = w; s.act = a;
+        s.block = {8, 128};  // the quantizer needs bn to divide I = 200 (128 x 128: CudaLayer test)
       });
   add("fp8_channel_token_fp16", [](auto& s) {
     s.kind = SchemeKind::kFP8W8A8; s.fp8_strategy = Strategy::kChannel; s.act = ActQuant::kFP8Token;
@@ -184,12 +206,26 @@ TEST_P(SchemeSweep, MatchesReferenceForEveryM) {
   const MoeConfig cfg = config(E, k);
   const Tol tol = tol_for(w);
   uint64_t seed = 77 * GetParam();
+  const bool gidx = w.w13.g_idx.defined();
+  const ExpertWeights base = gidx ? rounded_dense(w) : ExpertWeights();
   for (int64_t m : {1, 3, 16, 64, 257, 1024, 4096}) {
     Tensor x = test::random_tensor(w.act_dtype, {m, H}, ++seed);
     Routing r = random_routing(m, k, E, ++seed);
     Tensor want = ref::reference_forward_routed(w, cfg, nullptr, x, r.w, r.ids);
     Tensor got = run_device(ex, nullptr, x, r, false);
-    expect_close(got, want, tol, str(c.name, " M=", m, " (", cuda::forward_kernels(ex, m, k), ")"));
+    const std::string what = str(c.name, " M=", m, " (", cuda::forward_kernels(ex, m, k), ")");
+    if (!gidx) {
+      expect_close(got, want, tol, what);
+      continue;
+    }
+    Tensor b = ref::reference_forward_routed(base, cfg, nullptr, x, r.w, r.ids);
+    std::vector<double> wv = test::values(want);
+    test::CompareResult rb = test::compare(b, wv, 0, 0), rg = test::compare(got, wv, 0, 0);
+    EXPECT_LE(rg.nmse, 2 * rb.nmse + 1e-6) << what << ": NMSE " << rg.nmse << " vs bf16-dequant baseline " << rb.nmse;
+    EXPECT_LE(rg.max_abs, 2 * rb.max_abs + 2 * test::half_ulp_rel(w.act_dtype) * 0.05) << what << ": max |err| "
+        << rg.max_abs << " vs baseline " << rb.max_abs;
+    EXPECT_EQ(rg.count, static_cast<int64_t>(wv.size()));
+    for (int64_t i = 0; i < got.numel(); ++i) ASSERT_TRUE(std::isfinite(test::value_at(got, i))) << what << " at " << i;
   }
 }
 INSTANTIATE_TEST_SUITE_P(AllSchemes, SchemeSweep, ::testing::Range(0, static_cast<int>(all_schemes().size())),
@@ -253,7 +289,10 @@ TEST(CudaMoeEdges, GptOssSwigluWithBiasAndGelu) {
       ref::SchemeSpec s;
       s.bias = true;
       if (kind == 1) { s.kind = SchemeKind::kWNA16; s.bits = 4; s.group_size = 32; }
-      if (kind == 2) { s.kind = SchemeKind::kFP8W8A8; s.fp8_strategy = Strategy::kBlock; s.act = ActQuant::kFP8Group128; }
+      if (kind == 2) {
+        s.kind = SchemeKind::kFP8W8A8; s.fp8_strategy = Strategy::kBlock; s.act = ActQuant::kFP8Group128;
+        s.block = {24, 128};  // divides I = H = 360
+      }
       const int E = 9, H = 360, I = 360;
       ExpertWeights w = make_weights(s, E, H, I, 40 + kind);
       cuda::DevExperts ex = cuda::prepare(w, act);
@@ -264,6 +303,25 @@ TEST(CudaMoeEdges, GptOssSwigluWithBiasAndGelu) {
         expect_close(run_device(ex, nullptr, x, r, false), want, tol_for(w),
                      str(activation_name(act), " kind ", kind, " M ", m));
       }
+    }
+  }
+}
+
+// ---- 256 experts at prefill size (DeepSeek's expert count with small H / I) ----
+TEST(CudaMoeEdges, ManyExpertsPrefill) {
+  SKIP_WITHOUT_GPU();
+  for (int kind = 0; kind < 2; ++kind) {
+    ref::SchemeSpec s;
+    if (kind == 1) { s.kind = SchemeKind::kWNA16; s.bits = 4; s.group_size = 128; }
+    const int E = 256, H = 1024, I = 256;
+    ExpertWeights w = make_weights(s, E, H, I, 60 + kind);
+    cuda::DevExperts ex = cuda::prepare(w, Activation::kSiluMul);
+    for (int64_t m : {1024, 4096}) {
+      Tensor x = test::random_tensor(w.act_dtype, {m, H}, 61 + m);
+      Routing r = random_routing(m, 8, E, 62 + m);
+      Tensor want = ref::reference_forward_routed(w, config(E, 8), nullptr, x, r.w, r.ids);
+      expect_close(run_device(ex, nullptr, x, r, false), want, tol_for(w),
+                   str("E=256 kind ", kind, " M ", m, " (", cuda::forward_kernels(ex, m, 8), ")"));
     }
   }
 }

@@ -30,6 +30,11 @@ TEST(SelectConfig, PrefillUsesLargeTiles) {
   EXPECT_EQ(c.splits, 1);
   // mixtral at M = 64: 128 slots over 8 experts -> 16 rows each: still small
   EXPECT_EQ(select_config(prob(64, 2, 8, 28672, 4096)).tile, Tile::kSmall);
+  // mixtral at M = 256: 64 rows per expert -> 64-row tiles (one pass over the weights)
+  EXPECT_EQ(select_config(prob(256, 2, 8, 28672, 4096)).tile, Tile::kMedium);
+  // qwen3 at M = 1024: 64 rows per expert -> medium; 65 rows -> large
+  EXPECT_EQ(select_config(prob(1024, 8, 128, 1536, 2048)).tile, Tile::kMedium);
+  EXPECT_EQ(select_config(prob(1040, 8, 128, 1536, 2048)).tile, Tile::kLarge);
   // mixtral at M = 1024: 256 rows per expert -> large
   EXPECT_EQ(select_config(prob(1024, 2, 8, 28672, 4096)).tile, Tile::kLarge);
 }
@@ -62,6 +67,7 @@ TEST(SelectConfig, ZeroAndTinyProblems) {
   EXPECT_EQ(c.tile, Tile::kSmall);
   EXPECT_GE(c.splits, 1);
   EXPECT_EQ(tile_bm(Tile::kSmall), 16);
+  EXPECT_EQ(tile_bm(Tile::kMedium), 64);
   EXPECT_EQ(tile_bm(Tile::kLarge), 128);
 }
 

@@ -77,6 +77,14 @@ Tensor f32_tensor(Shape s, std::initializer_list<float> vals) {
   return t;
 }
 
+// The decoded expert range of a fused reference: [first, first + count) within E (checked).
+std::pair<int64_t, int64_t> expert_range(const FusedRef& r, int E) {
+  const int64_t n = r.count < 0 ? E : r.count;
+  QMOE_CHECK(r.first >= 0 && n >= 0 && r.first + n <= E, kInternal, r.what, ": expert range [", r.first, ", ",
+             r.first + n, ") outside [0, ", E, ")");
+  return {r.first, n};
+}
+
 // Like fetch_scalar but for flat per-expert scales: [], [1] or [E]; returns E values.
 std::vector<float> fetch_flat(const CheckpointDir& ck, const std::string& name, int E, const std::string& what) {
   const TensorInfo& ti = need_info(ck, name, what);
@@ -535,35 +543,43 @@ ExpertWeights decode_llama4_fused(const FusedRef& r, const std::string& kind, co
   const CheckpointDir& ck = *r.ck;
   const std::string gu = r.experts + ".gate_up_proj", dn = r.experts + ".down_proj";
   const std::string wg = r.what + " experts.gate_up_proj", wd = r.what + " experts.down_proj";
+  const auto [e0, n] = expert_range(r, E);
+  // Shapes are checked on the whole tensor; only this rank's experts are read (mmap'ed, zero copy
+  // until transposed). Flat scales: the range's values.
+  auto mine = [&, e0 = e0, n = n](const Tensor& t) { return t.slice0(e0, e0 + n); };
+  auto flat = [&, e0 = e0, n = n](const std::string& name, const std::string& what, int S) {
+    std::vector<float> v = fetch_flat(ck, name, E, what);
+    return flat_to_es(std::vector<float>(v.begin() + e0, v.begin() + e0 + n), S);
+  };
   ExpertWeights w;
   w.scheme = scheme;
-  w.num_experts = E, w.hidden = H, w.intermediate = I, w.act_dtype = act_dtype;
+  w.num_experts = static_cast<int>(n), w.hidden = H, w.intermediate = I, w.act_dtype = act_dtype;
   if (kind == "bf16") {
-    w.w13.weight = transpose_last2(fetch(ck, gu, {DType::kBF16, DType::kF16, DType::kF32}, {E, H, 2LL * I}, wg, "E x in x out"));
-    w.w2.weight = transpose_last2(fetch(ck, dn, {DType::kBF16, DType::kF16, DType::kF32}, {E, I, H}, wd, "E x in x out"));
+    w.w13.weight = transpose_last2(mine(fetch(ck, gu, {DType::kBF16, DType::kF16, DType::kF32}, {E, H, 2LL * I}, wg, "E x in x out")));
+    w.w2.weight = transpose_last2(mine(fetch(ck, dn, {DType::kBF16, DType::kF16, DType::kF32}, {E, I, H}, wd, "E x in x out")));
   } else if (kind == "fp8") {
-    w.w13.weight = transpose_last2(fetch(ck, gu, {DType::kF8E4M3}, {E, H, 2LL * I}, wg, "E x in x out"));
-    w.w2.weight = transpose_last2(fetch(ck, dn, {DType::kF8E4M3}, {E, I, H}, wd, "E x in x out"));
-    w.w13.scale = flat_to_es(fetch_flat(ck, gu + "_weight_scale", E, wg + "_weight_scale"), 2);
-    w.w2.scale = flat_to_es(fetch_flat(ck, dn + "_weight_scale", E, wd + "_weight_scale"), 1);
+    w.w13.weight = transpose_last2(mine(fetch(ck, gu, {DType::kF8E4M3}, {E, H, 2LL * I}, wg, "E x in x out")));
+    w.w2.weight = transpose_last2(mine(fetch(ck, dn, {DType::kF8E4M3}, {E, I, H}, wd, "E x in x out")));
+    w.w13.scale = flat(gu + "_weight_scale", wg + "_weight_scale", 2);
+    w.w2.scale = flat(dn + "_weight_scale", wd + "_weight_scale", 1);
     if (scheme.act == ActQuant::kFP8Tensor) {
-      w.w13.input_scale = flat_to_es(fetch_flat(ck, gu + "_input_scale", E, wg + "_input_scale"), 2);
-      w.w2.input_scale = flat_to_es(fetch_flat(ck, dn + "_input_scale", E, wd + "_input_scale"), 1);
+      w.w13.input_scale = flat(gu + "_input_scale", wg + "_input_scale", 2);
+      w.w2.input_scale = flat(dn + "_input_scale", wd + "_input_scale", 1);
     }
   } else if (kind == "nvfp4") {
     w.group_size = 16;
     if (H % 16 || I % 16) bad_input(r.what, ": NVFP4 sizes H=", H, " I=", I, " are not multiples of 16");
     // Packed along the input dim: byte (e, k/2, n) holds columns k, k+1 of output n; transposing the
     // bytes gives the canonical [E, N, K/2] pairs (low nibble = even k) unchanged.
-    w.w13.weight = transpose_last2(fetch(ck, gu, {DType::kU8}, {E, H / 2, 2LL * I}, wg, "E x in/2 x out, e2m1 pairs"));
-    w.w2.weight = transpose_last2(fetch(ck, dn, {DType::kU8}, {E, I / 2, H}, wd, "E x in/2 x out, e2m1 pairs"));
-    w.w13.scale = transpose_last2(fetch(ck, gu + "_weight_scale", {DType::kF8E4M3}, {E, H / 16, 2LL * I}, wg + "_weight_scale", "E x in/16 x out"));
-    w.w2.scale = transpose_last2(fetch(ck, dn + "_weight_scale", {DType::kF8E4M3}, {E, I / 16, H}, wd + "_weight_scale", "E x in/16 x out"));
-    w.w13.global_scale = flat_to_es(fetch_flat(ck, gu + "_weight_scale_2", E, wg + "_weight_scale_2"), 2);
-    w.w2.global_scale = flat_to_es(fetch_flat(ck, dn + "_weight_scale_2", E, wd + "_weight_scale_2"), 1);
+    w.w13.weight = transpose_last2(mine(fetch(ck, gu, {DType::kU8}, {E, H / 2, 2LL * I}, wg, "E x in/2 x out, e2m1 pairs")));
+    w.w2.weight = transpose_last2(mine(fetch(ck, dn, {DType::kU8}, {E, I / 2, H}, wd, "E x in/2 x out, e2m1 pairs")));
+    w.w13.scale = transpose_last2(mine(fetch(ck, gu + "_weight_scale", {DType::kF8E4M3}, {E, H / 16, 2LL * I}, wg + "_weight_scale", "E x in/16 x out")));
+    w.w2.scale = transpose_last2(mine(fetch(ck, dn + "_weight_scale", {DType::kF8E4M3}, {E, I / 16, H}, wd + "_weight_scale", "E x in/16 x out")));
+    w.w13.global_scale = flat(gu + "_weight_scale_2", wg + "_weight_scale_2", 2);
+    w.w2.global_scale = flat(dn + "_weight_scale_2", wd + "_weight_scale_2", 1);
     if (scheme.kind == SchemeKind::kNVFP4) {
-      w.w13.input_scale = flat_to_es(fetch_flat(ck, gu + "_input_scale", E, wg + "_input_scale"), 2);
-      w.w2.input_scale = flat_to_es(fetch_flat(ck, dn + "_input_scale", E, wd + "_input_scale"), 1);
+      w.w13.input_scale = flat(gu + "_input_scale", wg + "_input_scale", 2);
+      w.w2.input_scale = flat(dn + "_input_scale", wd + "_input_scale", 1);
     }
   } else {
     unsupported(r.what, ": fused Llama 4 experts in format ", kind);
@@ -610,27 +626,29 @@ ExpertWeights decode_gpt_oss(const FusedRef& r, const std::string& kind, const M
   const CheckpointDir& ck = *r.ck;
   const std::string gu = r.experts + ".gate_up_proj", dn = r.experts + ".down_proj";
   const std::string wg = r.what + " experts.gate_up_proj", wd = r.what + " experts.down_proj";
+  const auto [e0, n] = expert_range(r, E);
+  auto mine = [e0 = e0, n = n](const Tensor& t) { return t.slice0(e0, e0 + n); };  // this rank's experts
   ExpertWeights w;
   w.scheme = scheme;
-  w.num_experts = E, w.hidden = H, w.intermediate = I, w.act_dtype = act_dtype;
+  w.num_experts = static_cast<int>(n), w.hidden = H, w.intermediate = I, w.act_dtype = act_dtype;
   const std::initializer_list<DType> bd = {DType::kBF16, DType::kF16, DType::kF32};
   if (kind == "mxfp4") {
     if (H % 32 || I % 32) bad_input(r.what, ": MXFP4 sizes H=", H, " I=", I, " are not multiples of 32");
     w.group_size = 32;
     Tensor gb = fetch(ck, gu + "_blocks", {DType::kU8}, {E, 2LL * I, H / 32, 16}, wg + "_blocks", "E x 2I (gate/up interleaved) x in/32 x 16");
-    w.w13.weight = deinterleave_rows(gb.reshape({E, 2LL * I, H / 2}));
-    w.w13.scale = deinterleave_rows(fetch(ck, gu + "_scales", {DType::kU8, DType::kE8M0}, {E, 2LL * I, H / 32}, wg + "_scales"));
+    w.w13.weight = deinterleave_rows(mine(gb).reshape({n, 2LL * I, H / 2}));
+    w.w13.scale = deinterleave_rows(mine(fetch(ck, gu + "_scales", {DType::kU8, DType::kE8M0}, {E, 2LL * I, H / 32}, wg + "_scales")));
     Tensor db = fetch(ck, dn + "_blocks", {DType::kU8}, {E, H, I / 32, 16}, wd + "_blocks", "E x out x in/32 x 16");
-    w.w2.weight = db.reshape({E, H, I / 2});
-    w.w2.scale = fetch(ck, dn + "_scales", {DType::kU8, DType::kE8M0}, {E, H, I / 32}, wd + "_scales");
+    w.w2.weight = mine(db).reshape({n, H, I / 2});
+    w.w2.scale = mine(fetch(ck, dn + "_scales", {DType::kU8, DType::kE8M0}, {E, H, I / 32}, wd + "_scales"));
   } else if (kind == "bf16") {
-    w.w13.weight = deinterleave_rows(transpose_last2(fetch(ck, gu, bd, {E, H, 2LL * I}, wg, "E x in x 2I (gate/up interleaved)")));
-    w.w2.weight = transpose_last2(fetch(ck, dn, bd, {E, I, H}, wd, "E x in x out"));
+    w.w13.weight = deinterleave_rows(transpose_last2(mine(fetch(ck, gu, bd, {E, H, 2LL * I}, wg, "E x in x 2I (gate/up interleaved)"))));
+    w.w2.weight = transpose_last2(mine(fetch(ck, dn, bd, {E, I, H}, wd, "E x in x out")));
   } else {
     unsupported(r.what, ": gpt-oss experts in format ", kind);
   }
-  w.w13.bias = deinterleave_rows(fetch(ck, gu + "_bias", bd, {E, 2LL * I}, wg + "_bias"));
-  w.w2.bias = fetch(ck, dn + "_bias", bd, {E, H}, wd + "_bias");
+  w.w13.bias = deinterleave_rows(mine(fetch(ck, gu + "_bias", bd, {E, 2LL * I}, wg + "_bias")));
+  w.w2.bias = mine(fetch(ck, dn + "_bias", bd, {E, H}, wd + "_bias"));
   return w;
 }
 

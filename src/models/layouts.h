@@ -68,8 +68,12 @@ struct FusedRef {
   const CheckpointDir* ck = nullptr;
   std::string experts;  // "model.layers.3.feed_forward.experts"
   std::string what;     // "layer 3"
+  // Experts [first, first + count) of the E stored are decoded (EP); count -1 = all. Shapes are
+  // checked against the whole tensor, then only the range is read and converted.
+  int first = 0, count = -1;
 };
 // kind: "bf16", "fp8" (ModelOpt FP8, flat scales), "nvfp4" (ModelOpt NVFP4 / W4A16_NVFP4).
+// The result holds the decoded range: num_experts = count (E when count is -1).
 ExpertWeights decode_llama4_fused(const FusedRef& r, const std::string& kind, const MoeScheme& scheme, int E, int H,
                                   int I, DType act_dtype);
 void encode_llama4_fused(const TensorSink& out, const std::string& experts, const std::string& kind,

@@ -143,10 +143,7 @@ Model load_model(const std::string& dir, const LoadOptions& opts) {
                   " not a multiple of ", sk.block[0], " (gate and up would share a block of w13 rows)");
     std::string warn = models::check_tp(sk, opts.tp_size, p.where);
     if (!warn.empty()) std::fprintf(stderr, "qmoe: warning: %s\n", warn.c_str());
-    if (arch.num_experts % opts.ep_size) {
-      MoeConfig dummy;
-      models::slice_ep(sk, dummy, opts.ep_rank, opts.ep_size, p.where);  // throws the EP error
-    }
+    models::ep_range(arch.num_experts, opts.ep_rank, opts.ep_size, p.where);  // throws the EP error
     if (!arch.shared_name.empty()) {
       const std::string sp = p.prefix + "." + arch.shared_name + ".";
       p.has_shared = true;
@@ -164,22 +161,24 @@ Model load_model(const std::string& dir, const LoadOptions& opts) {
   if (opts.progress) opts.progress(0, plans.size());
   for (const LayerPlan& p : plans) {
     const int E = arch.num_experts, H = arch.hidden, I = arch.intermediate;
+    // EP: only this rank's experts are decoded (other ranks' tensors are never read or converted).
+    const models::EpRange mine = models::ep_range(E, opts.ep_rank, opts.ep_size, p.where);
     MoeLayerSpec spec;
     spec.layer = p.layer;
     spec.prefix = p.prefix;
     const std::string ex = p.prefix + ".experts";
     ExpertWeights w;
     if (!p.fused.empty()) {
-      models::FusedRef fr{ck.get(), ex, p.where};
+      models::FusedRef fr{ck.get(), ex, p.where, mine.first, mine.count};
       w = arch.arch == "gpt_oss" ? models::decode_gpt_oss(fr, p.fused, p.scheme, E, H, I, arch.act_dtype)
                                  : models::decode_llama4_fused(fr, p.fused, p.scheme, E, H, I, arch.act_dtype);
-      ExpertWeights sk = skeleton(p.scheme, E, H, I, arch.act_dtype);
+      ExpertWeights sk = skeleton(p.scheme, mine.count, H, I, arch.act_dtype);
       w.group_size = sk.group_size, w.block = sk.block;
     } else {
-      w = skeleton(p.scheme, E, H, I, arch.act_dtype);
+      w = skeleton(p.scheme, mine.count, H, I, arch.act_dtype);
       models::ModuleShape s13{I, H, w.group_size, w.block}, s2{H, I, w.group_size, w.block};
       std::vector<ProjWeights> w13s, w2s;
-      for (int e = 0; e < E; ++e) {
+      for (int e = mine.first; e < mine.first + mine.count; ++e) {  // global expert ids
         const std::string ep = str(ex, ".", e, ".");
         auto ref = [&](const std::string& name) {
           return models::ModuleRef{ck.get(), ep + name, str("layer ", p.layer, " expert ", e, " ", name)};
@@ -192,12 +191,15 @@ Model load_model(const std::string& dir, const LoadOptions& opts) {
       w.w13 = models::stack_experts(w13s);
       w.w2 = models::stack_experts(w2s);
     }
-    w.validate(p.where);  // NaN / Inf / zero scales, shapes, dtypes: before anything is cut
+    // NaN / Inf / zero scales, shapes, dtypes: before anything is cut (expert indices are local under EP)
+    w.validate(opts.ep_size == 1 ? p.where
+                                 : str(p.where, " EP rank ", opts.ep_rank, " (experts ", mine.first, "..",
+                                       mine.first + mine.count - 1, ")"));
     spec.config.num_experts = E;
     spec.config.router = arch.router;
     spec.config.activation = arch.activation;
     models::slice_tp(w, opts.tp_rank, opts.tp_size, p.where);
-    models::slice_ep(w, spec.config, opts.ep_rank, opts.ep_size, p.where);
+    models::set_expert_map(spec.config, E, mine);
     spec.experts = std::move(w);
 
     // router

@@ -162,28 +162,38 @@ void slice_tp(ExpertWeights& w, int tp_rank, int tp_size, const std::string& whe
   w.intermediate = static_cast<int>(Is);
 }
 
-void slice_ep(ExpertWeights& w, MoeConfig& cfg, int ep_rank, int ep_size, const std::string& where) {
+EpRange ep_range(int E, int ep_rank, int ep_size, const std::string& where) {
   if (ep_size < 1) bad_input(where, ": EP size ", ep_size, " must be >= 1");
   if (ep_rank < 0 || ep_rank >= ep_size) bad_input(where, ": EP rank ", ep_rank, " outside [0, ", ep_size, ")");
-  if (ep_size == 1) return;
-  const int E = w.num_experts;
   if (E % ep_size != 0) {
     std::string list;
     for (int t = 1; t <= E; ++t)
       if (E % t == 0) list += (list.empty() ? "" : ", ") + std::to_string(t);
     bad_input(where, ": EP size ", ep_size, " does not divide the ", E, " experts; EP sizes that work: ", list);
   }
-  const int El = E / ep_size, e0 = ep_rank * El;
+  const int El = E / ep_size;
+  return {ep_rank * El, El};
+}
+
+void set_expert_map(MoeConfig& cfg, int E, const EpRange& r) {
+  cfg.expert_map.clear();
+  if (r.first == 0 && r.count == E) return;
+  cfg.expert_map.assign(E, -1);
+  for (int e = 0; e < r.count; ++e) cfg.expert_map[r.first + e] = e;
+}
+
+void slice_ep(ExpertWeights& w, MoeConfig& cfg, int ep_rank, int ep_size, const std::string& where) {
+  const EpRange r = ep_range(w.num_experts, ep_rank, ep_size, where);
+  if (ep_size == 1) return;
   auto cut = [&](Tensor& t) {
-    if (t.defined()) t = t.slice0(e0, e0 + El);
+    if (t.defined()) t = t.slice0(r.first, r.first + r.count).clone();  // a copy: the rest can be freed
   };
   for (ProjWeights* p : {&w.w13, &w.w2}) {
     cut(p->weight), cut(p->scale), cut(p->zero_point), cut(p->g_idx);
     cut(p->global_scale), cut(p->input_scale), cut(p->bias);
   }
-  w.num_experts = El;
-  cfg.expert_map.assign(E, -1);
-  for (int e = 0; e < El; ++e) cfg.expert_map[e0 + e] = e;
+  set_expert_map(cfg, w.num_experts, r);
+  w.num_experts = r.count;
 }
 
 }  // namespace qmoe::models

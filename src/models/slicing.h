@@ -4,7 +4,8 @@
 //    actorder w2 (g_idx) keeps its scale / zero point whole (vLLM load_full_w2): a rank's columns
 //    keep g_idx values indexing all ceil(I/G) groups of the row. w2's bias is kept on rank 0 only,
 //    so the sum over ranks adds it once.
-//  * EP rank r of n keeps experts [r*E/n, (r+1)*E/n) and an expert_map global -> local or -1.
+//  * EP rank r of n keeps experts [r*E/n, (r+1)*E/n) and an expert_map global -> local or -1; the
+//    loader decodes only those experts (ep_range), other ranks' tensors are never read.
 // Divisibility is checked before anything is cut; the error names the TP sizes that would work.
 #pragma once
 #include <string>
@@ -31,7 +32,17 @@ std::string check_tp(const ExpertWeights& w, int tp_size, const std::string& whe
 // Applies TP slicing in place (check_tp first). tp_size 1 is a no-op.
 void slice_tp(ExpertWeights& w, int tp_rank, int tp_size, const std::string& where);
 
-// Applies EP slicing in place and fills cfg.expert_map. ep_size 1 is a no-op.
+// EP rank r of n of E experts: [first, first + count). Throws kBadInput naming `where` (and the EP
+// sizes that work) when n does not divide E or r is out of range.
+struct EpRange {
+  int first = 0, count = 0;
+};
+EpRange ep_range(int num_experts, int ep_rank, int ep_size, const std::string& where);
+// cfg.expert_map for a rank holding `r` of `num_experts`: global -> local or -1 (empty when r is all).
+void set_expert_map(MoeConfig& cfg, int num_experts, const EpRange& r);
+
+// Applies EP slicing in place to already decoded weights and fills cfg.expert_map. ep_size 1 is a
+// no-op. (load_model decodes only the rank's experts instead: ep_range + set_expert_map.)
 void slice_ep(ExpertWeights& w, MoeConfig& cfg, int ep_rank, int ep_size, const std::string& where);
 
 // Copies [begin, end) of dimension `dim` (any dimension) into a new tensor.

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <set>
 
@@ -355,6 +356,91 @@ TEST(ModelsLoad, ExpertParallelKeepsAContiguousRange) {
   for (int64_t i = 0; i < a.numel(); ++i) ASSERT_EQ(a.data<float>()[i], b.data<float>()[4 * per + i]);
   o.ep_size = 3, o.ep_rank = 0;
   EXPECT_THROW(load_model(dir, o), Error);
+}
+
+// EP decodes only the rank's experts: per-expert, fused Llama 4 (flat and block scales) and gpt-oss
+// layouts give exactly the whole load's range (weights, scales, global / input scales, biases).
+TEST(ModelsLoad, ExpertParallelEveryLayoutEqualsTheWholeLoadsRange) {
+  ModelScratch s("ep_layouts");
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"qwen3_moe", "ct-w4a16-asym"}, {"llama4", "bf16"}, {"llama4", "modelopt-fp8"}, {"llama4", "modelopt-nvfp4"},
+      {"gpt_oss", "gpt-oss-mxfp4"}, {"gpt_oss", "bf16"}, {"deepseek_v3", "deepseek-fp8"}};
+  auto same = [](const Tensor& a, const Tensor& whole, int64_t e0, const char* what) {
+    ASSERT_EQ(a.defined(), whole.defined()) << what;
+    if (!a.defined()) return;
+    Tensor b = whole.slice0(e0, e0 + a.size(0));
+    ASSERT_EQ(a.shape(), b.shape()) << what;
+    ASSERT_EQ(a.dtype(), b.dtype()) << what;
+    ASSERT_EQ(0, memcmp(a.raw(), b.raw(), a.nbytes())) << what;
+  };
+  for (const auto& [arch, fmt] : cases) {
+    SCOPED_TRACE(arch + " " + fmt);
+    std::string dir = test::gen_model(s, arch, fmt, arch + fmt, 128, 5);
+    Model full = load_model(dir);
+    for (int n : {2, 4}) {
+      for (int r = 0; r < n; ++r) {
+        LoadOptions o;
+        o.ep_rank = r, o.ep_size = n;
+        Model part = load_model(dir, o);
+        for (size_t l = 0; l < part.layers.size(); ++l) {
+          const ExpertWeights &p = part.layers[l].experts, &f = full.layers[l].experts;
+          const int El = 8 / n, e0 = r * El;
+          ASSERT_EQ(p.num_experts, El);
+          std::vector<int32_t> map(8, -1);
+          for (int e = 0; e < El; ++e) map[e0 + e] = e;
+          EXPECT_EQ(part.layers[l].config.expert_map, map);
+          for (auto [pp, fp] : {std::pair{&p.w13, &f.w13}, std::pair{&p.w2, &f.w2}}) {
+            same(pp->weight, fp->weight, e0, "weight");
+            same(pp->scale, fp->scale, e0, "scale");
+            same(pp->zero_point, fp->zero_point, e0, "zero_point");
+            same(pp->g_idx, fp->g_idx, e0, "g_idx");
+            same(pp->global_scale, fp->global_scale, e0, "global_scale");
+            same(pp->input_scale, fp->input_scale, e0, "input_scale");
+            same(pp->bias, fp->bias, e0, "bias");
+          }
+          // The shared expert is replicated on every EP rank.
+          ASSERT_EQ(part.layers[l].shared_expert.has_value(), full.layers[l].shared_expert.has_value());
+          if (part.layers[l].shared_expert) same(part.layers[l].shared_expert->w2.weight, full.layers[l].shared_expert->w2.weight, 0, "shared");
+        }
+      }
+    }
+  }
+}
+
+// Another rank's expert tensors are never read: a rank loads although an expert outside its range is
+// missing (per-expert) or holds a NaN scale (fused gpt-oss), while the rank owning it fails on it.
+TEST(ModelsLoad, ExpertParallelNeverReadsOtherRanksExperts) {
+  ModelScratch s("ep_skip");
+  std::string dir = test::gen_model(s, "mixtral", "ct-w4a16", "mx");
+  test::edit_checkpoint(dir, [](std::vector<test::EditTensor>& ts) {
+    test::find_tensor(ts, "model.layers.0.block_sparse_moe.experts.6.w2.weight_packed")->name = "";
+  });
+  LoadOptions o;
+  o.ep_size = 2, o.ep_rank = 0;
+  EXPECT_EQ(load_model(dir, o).layers.size(), 2u);
+  o.ep_rank = 1;
+  try {
+    load_model(dir, o);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("experts.6.w2.weight_packed"), std::string::npos) << e.what();
+  }
+  std::string go = test::gen_model(s, "gpt_oss", "gpt-oss-mxfp4", "go");
+  test::edit_checkpoint(go, [](std::vector<test::EditTensor>& ts) {
+    test::find_tensor(ts, "model.layers.1.mlp.experts.down_proj_scales")->bytes[0] = 0xff;  // e8m0 NaN, expert 0
+  });
+  o.ep_rank = 1;
+  EXPECT_EQ(load_model(go, o).layers.size(), 2u);
+  o.ep_rank = 0;
+  try {
+    load_model(go, o);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    std::string m = e.what();
+    EXPECT_NE(m.find("layer 1"), std::string::npos) << m;
+    EXPECT_NE(m.find("EP rank 0 (experts 0..3)"), std::string::npos) << m;
+    EXPECT_NE(m.find("w2.scale of expert 0 holds NaN"), std::string::npos) << m;
+  }
 }
 
 // ---- bad inputs: one error naming the file / tensor / layer ----------------------------------

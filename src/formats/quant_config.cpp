@@ -10,6 +10,7 @@
 
 #include "checkpoint/json_strict.h"
 #include "formats/quant_args.h"
+#include "qmoe/checkpoint.h"
 #include "qmoe/error.h"
 
 namespace qmoe::formats {
@@ -738,6 +739,10 @@ QuantConfig read_quant_config(const json& config, const json* hf_quant_config, c
       bad_input(where, ": quant_algo ", c.algo, " disagrees with ", hf_where, " (", legacy.algo, ")");
   }
   return c;
+}
+
+QuantConfig read_quant_config(const CheckpointDir& ck) {
+  return read_quant_config(ck.config(), ck.hf_quant_config(), ck.dir());
 }
 
 // ---- resolve ----------------------------------------------------------------------------------

@@ -17,6 +17,10 @@
 
 #include "qmoe/quant.h"
 
+namespace qmoe {
+class CheckpointDir;
+}
+
 namespace qmoe::formats {
 
 enum class QuantSource { kNone, kCompressedTensors, kModelOpt, kModelOptLegacy, kGPTQ, kAWQ, kMXFP4, kFP8 };
@@ -84,6 +88,8 @@ struct QuantConfig {
 // names the directory in messages. When both files describe ModelOpt they must agree.
 QuantConfig read_quant_config(const nlohmann::json& config, const nlohmann::json* hf_quant_config,
                               const std::string& dir);
+// The same for an opened model directory.
+QuantConfig read_quant_config(const CheckpointDir& ck);
 
 // The individual readers; `where` names the file and key in messages.
 QuantConfig parse_compressed_tensors(const nlohmann::json& qc, const std::string& where);

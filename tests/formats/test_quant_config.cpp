@@ -7,6 +7,7 @@
 
 #include "checkpoint/ckpt_test_util.h"
 #include "formats/quant_config.h"
+#include "qmoe/checkpoint.h"
 
 namespace qmoe::formats {
 namespace {
@@ -422,6 +423,23 @@ TEST(QuantConfig, DeepSeekFp8) {
   // 64x64 blocks parse but are not a qmoe scheme.
   expect_error([] { layer_scheme(read(R"({"quantization_config":{"quant_method":"fp8","weight_block_size":[64,64]}})")); },
                ErrorKind::kUnsupported, {"128x128"});
+}
+
+TEST(QuantConfig, FromCheckpointDir) {
+  test::ScratchDir d("qc_ckdir");
+  test::write_text(d / "config.json", R"({"architectures":["Llama4ForConditionalGeneration"]})");
+  test::write_text(d / "hf_quant_config.json", kHfNvfp4);
+  SafetensorsWriter w;
+  w.add("x", Tensor(DType::kU8, {3}));
+  w.write(d / "model.safetensors");
+  QuantConfig c = read_quant_config(*CheckpointDir::open(d.path.string()));
+  EXPECT_EQ(c.source, QuantSource::kModelOptLegacy);
+  EXPECT_EQ(c.where, d / "hf_quant_config.json" + ".quantization");
+  EXPECT_EQ(layer_scheme(c).kind, SchemeKind::kNVFP4);
+  // A broken config names the directory's config.json.
+  test::write_text(d / "config.json", R"({"quantization_config":{"quant_algo":"FP8"}})");
+  expect_error([&] { read_quant_config(*CheckpointDir::open(d.path.string())); }, ErrorKind::kBadInput,
+               {d / "config.json", "quant_algo but no quant_method"});
 }
 
 TEST(MoeScheme, Rules) {

@@ -8,7 +8,9 @@
 #include <sys/wait.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
+#include <functional>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -179,6 +181,58 @@ TEST(Cli, BadInputsGiveOneErrorLineAndExit2) {
                     {"format 'gptq' does not apply to arch gpt_oss", "gpt-oss-mxfp4"});
   expect_error_line(qmoe_cmd("gen --arch mixtral --format int3 --out " + s / "y", "fmt2"), {"unknown format 'int3'"});
   expect_error_line(qmoe_cmd("inspect " + s / "does-not-exist", "nodir"), {"does-not-exist"});
+}
+
+// Well-formed sharded checkpoints whose index does not match the shards: each gives one line naming
+// the index, the tensor and the shard file, exit 2, from inspect and verify alike.
+TEST(Cli, ShardIndexThatDoesNotMatchTheShards) {
+  test::ModelScratch s("cli_index");
+  auto sharded = [&](const std::string& name) {
+    std::string dir = s / name;
+    Result g = qmoe_cmd("gen --arch qwen3_moe --format ct-w4a16 --shards 3 --reference-out - --out " + dir, "g");
+    EXPECT_EQ(g.code, 0) << g.err;
+    return dir;
+  };
+  auto edit_index = [](const std::string& dir, const std::function<void(nlohmann::json&)>& f) {
+    nlohmann::json j;
+    std::ifstream(dir + "/model.safetensors.index.json") >> j;
+    f(j["weight_map"]);
+    std::ofstream(dir + "/model.safetensors.index.json") << j.dump(2);
+  };
+  // The first expert tensor the index maps to the given shard (there is one in each of the 3).
+  auto first_in = [](const nlohmann::json& wm, const std::string& shard) {
+    for (auto it = wm.begin(); it != wm.end(); ++it)
+      if (it.value() == shard && it.key().find(".experts.") != std::string::npos) return it.key();
+    ADD_FAILURE() << "no expert tensor in " << shard;
+    return std::string();
+  };
+  const std::string s1 = "model-00001-of-00003.safetensors", s2 = "model-00002-of-00003.safetensors",
+                    s3 = "model-00003-of-00003.safetensors";
+
+  // A shard the index names is missing from the directory.
+  std::string dir = sharded("missing_shard");
+  std::string t2;
+  edit_index(dir, [&](nlohmann::json& wm) { t2 = first_in(wm, s2); });
+  std::filesystem::remove(dir + "/" + s2);
+  for (const char* cmd : {"inspect ", "verify "})
+    expect_error_line(qmoe_cmd(cmd + dir, "missing_shard"), {"model.safetensors.index.json", t2, s2, "does not exist"});
+
+  // A tensor listed in a shard that does not hold it (it is stored in another one).
+  dir = sharded("wrong_shard");
+  std::string moved;
+  edit_index(dir, [&](nlohmann::json& wm) {
+    moved = first_in(wm, s2);
+    wm[moved] = s1;
+  });
+  expect_error_line(qmoe_cmd("inspect " + dir, "wrong_shard"),
+                    {"model.safetensors.index.json", moved, "listed in shard '" + s1 + "'", "stored in '" + s2 + "'"});
+
+  // A tensor listed in a shard but stored in none.
+  dir = sharded("absent_tensor");
+  const std::string ghost = "model.layers.1.mlp.experts.3.down_proj.weight_zero_point";
+  edit_index(dir, [&](nlohmann::json& wm) { wm[ghost] = s3; });
+  expect_error_line(qmoe_cmd("verify " + dir, "absent_tensor"),
+                    {"model.safetensors.index.json", ghost, "listed in shard '" + s3 + "'", "missing from it"});
 }
 
 }  // namespace

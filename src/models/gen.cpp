@@ -51,8 +51,11 @@ const std::vector<GenFormat>& gen_formats() {
       {"modelopt-fp8", "ModelOpt FP8 per-tensor, static activations (hf_quant_config.json; Llama 4 fused, flat scales)",
        kNoGptOss},
       {"modelopt-nvfp4", "ModelOpt NVFP4 W4A4 (global scale multiplies; Llama 4 fused in x out)", kNoGptOss},
+      {"modelopt-nvfp4-cfg", "ModelOpt NVFP4 W4A4 with the newer quantization_config in config.json (quant_method "
+       "modelopt, ignore, config_groups) instead of hf_quant_config.json", kNoGptOss},
       {"modelopt-w4a16-nvfp4", "ModelOpt W4A16_NVFP4 (nvfp4 weights, bf16 activations)", kNoGptOss},
       {"gptq", "GPTQ int4 group 128 symmetric (qweight / qzeros / scales / g_idx, fp16 scales)", kPerExpert},
+      {"gptq-asym", "GPTQ int4 group 128 asymmetric (sym false: qzeros hold zero - 1, format v1)", kPerExpert},
       {"awq", "AWQ int4 group 128 with zero points (GEMM layout, fp16 scales)", kPerExpert},
       {"deepseek-fp8", "DeepSeek-V3 style fp8 128x128 blocks with weight_scale_inv (quant_method fp8)",
        {"mixtral", "qwen3_moe", "deepseek_v3"}},
@@ -70,6 +73,7 @@ struct Plan {
   std::string family;      // "compressed-tensors", "modelopt", "gptq", "awq", "fp8", "mxfp4", "none"
   std::string ct_format;   // compressed-tensors format string
   std::string modelopt_algo;
+  bool modelopt_in_config = false;  // newer ModelOpt: quantization_config in config.json
 };
 
 Plan make_plan(const std::string& fmt, const std::string& arch) {
@@ -117,16 +121,17 @@ Plan make_plan(const std::string& fmt, const std::string& arch) {
     s.kind = SchemeKind::kFP8W8A8, s.fp8_strategy = Strategy::kTensor, s.act = ActQuant::kFP8Tensor;
     p.family = "modelopt", p.modelopt_algo = "FP8", p.module = ModuleFormat::kModeloptFp8;
     if (llama4) p.fused = "fp8";
-  } else if (fmt == "modelopt-nvfp4" || fmt == "modelopt-w4a16-nvfp4") {
-    s.kind = fmt == "modelopt-nvfp4" ? SchemeKind::kNVFP4 : SchemeKind::kNVFP4A16;
-    p.family = "modelopt", p.modelopt_algo = fmt == "modelopt-nvfp4" ? "NVFP4" : "W4A16_NVFP4";
+  } else if (fmt == "modelopt-nvfp4" || fmt == "modelopt-nvfp4-cfg" || fmt == "modelopt-w4a16-nvfp4") {
+    s.kind = fmt == "modelopt-w4a16-nvfp4" ? SchemeKind::kNVFP4A16 : SchemeKind::kNVFP4;
+    p.family = "modelopt", p.modelopt_algo = s.kind == SchemeKind::kNVFP4 ? "NVFP4" : "W4A16_NVFP4";
+    p.modelopt_in_config = fmt == "modelopt-nvfp4-cfg";
     p.module = ModuleFormat::kModeloptNvfp4;
     if (llama4) p.fused = "nvfp4";
-  } else if (fmt == "gptq" || fmt == "awq") {
+  } else if (fmt == "gptq" || fmt == "gptq-asym" || fmt == "awq") {
     s.kind = SchemeKind::kWNA16, s.bits = 4, s.group_size = 128, s.symmetric = fmt == "gptq";
     s.scale_dtype = DType::kF16;  // AutoGPTQ / AutoAWQ write fp16 scales
-    p.family = fmt;
-    p.module = fmt == "gptq" ? ModuleFormat::kGptq : ModuleFormat::kAwq;
+    p.family = fmt == "awq" ? "awq" : "gptq";
+    p.module = fmt == "awq" ? ModuleFormat::kAwq : ModuleFormat::kGptq;
   } else if (fmt == "deepseek-fp8") {
     s.kind = SchemeKind::kFP8W8A8, s.fp8_strategy = Strategy::kBlock, s.act = ActQuant::kFP8Group128;
     p.family = "fp8", p.module = ModuleFormat::kDeepseekFp8;
@@ -521,12 +526,28 @@ void generate_checkpoint(const GenOptions& o) {
   } else if (plan.family == "modelopt") {
     json excl = {"lm_head", "*self_attn*", "*router*", "*.mlp.gate", "*block_sparse_moe.gate"};
     if (z.first_moe > 0) excl.push_back("model.layers.0.mlp*");
-    json qq = {{"quant_algo", plan.modelopt_algo}, {"kv_cache_quant_algo", nullptr}, {"exclude_modules", excl}};
-    if (plan.modelopt_algo != "FP8") qq["group_size"] = 16;
-    hf_quant = json{{"producer", {{"name", "modelopt"}, {"version", "0.31.0"}}}, {"quantization", qq}};
+    json producer = {{"name", "modelopt"}, {"version", "0.31.0"}};
+    if (plan.modelopt_in_config) {
+      // Newer exports (formats.md §2b): `ignore` instead of exclude_modules, kv_cache_scheme instead
+      // of kv_cache_quant_algo, compressed-tensors-like config_groups describing the NVFP4 recipe.
+      auto fp4 = [](bool dynamic) {
+        return json{{"num_bits", 4}, {"type", "float"}, {"group_size", 16}, {"dynamic", dynamic}};
+      };
+      qcfg["quantization_config"] = {
+          {"quant_method", "modelopt"},
+          {"quant_algo", plan.modelopt_algo},
+          {"producer", producer},
+          {"ignore", excl},
+          {"config_groups", {{"group_0", {{"targets", {"Linear"}}, {"weights", fp4(false)}, {"input_activations", fp4(true)}}}}},
+          {"kv_cache_scheme", nullptr}};
+    } else {
+      json qq = {{"quant_algo", plan.modelopt_algo}, {"kv_cache_quant_algo", nullptr}, {"exclude_modules", excl}};
+      if (plan.modelopt_algo != "FP8") qq["group_size"] = 16;
+      hf_quant = json{{"producer", producer}, {"quantization", qq}};
+    }
   } else if (plan.family == "gptq") {
     qcfg["quantization_config"] = {{"quant_method", "gptq"}, {"bits", 4}, {"group_size", 128}, {"desc_act", false},
-                                   {"sym", true}, {"damp_percent", 0.01}, {"true_sequential", true},
+                                   {"sym", spec.symmetric}, {"damp_percent", 0.01}, {"true_sequential", true},
                                    {"checkpoint_format", "gptq"}};
   } else if (plan.family == "awq") {
     qcfg["quantization_config"] = {{"quant_method", "awq"}, {"bits", 4}, {"group_size", 128}, {"zero_point", true},

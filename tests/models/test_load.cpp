@@ -6,7 +6,9 @@
 
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 
 #include <nlohmann/json.hpp>
@@ -15,6 +17,7 @@
 #include "common/tensor_check.h"
 #include "cpu/ref/quantize.h"
 #include "dispatch/select.h"
+#include "models/layouts.h"
 #include "models/slicing.h"
 #include "qmoe/model.h"
 
@@ -175,7 +178,7 @@ TEST(ModelsLoad, Nvfp4GlobalScaleConventionsAgree) {
 
 TEST(ModelsLoad, TensorParallelSlicesMatchTheWhole) {
   ModelScratch s("tp");
-  for (const char* fmt : {"ct-w4a16-asym", "ct-fp8-dynamic", "ct-nvfp4", "gptq"}) {
+  for (const char* fmt : {"ct-w4a16-asym", "ct-fp8-dynamic", "ct-nvfp4", "gptq", "gptq-asym"}) {
     SCOPED_TRACE(fmt);
     std::string dir = test::gen_model(s, "qwen3_moe", fmt, fmt, 256);
     Model full = load_model(dir);
@@ -440,6 +443,94 @@ TEST(ModelsLoad, ExpertParallelNeverReadsOtherRanksExperts) {
     EXPECT_NE(m.find("layer 1"), std::string::npos) << m;
     EXPECT_NE(m.find("EP rank 0 (experts 0..3)"), std::string::npos) << m;
     EXPECT_NE(m.find("w2.scale of expert 0 holds NaN"), std::string::npos) << m;
+  }
+}
+
+// GPTQ with sym = false: qzeros hold zero - 1 (format v1). The loaded zero points are the
+// quantizer's own (not the implied 8), and re-encoding the canonical weights reproduces every
+// stored tensor byte for byte.
+TEST(ModelsLoad, GptqAsymmetricRoundTrip) {
+  ModelScratch s("gptq_asym");
+  std::string dir = test::gen_model(s, "qwen3_moe", "gptq-asym", "ga");
+  nlohmann::json cfg;
+  std::ifstream(dir + "/config.json") >> cfg;
+  EXPECT_EQ(cfg["quantization_config"]["sym"], false);
+  Model m = load_model(dir);
+  EXPECT_EQ(m.quant_method, "gptq");
+  auto ck = CheckpointDir::open(dir);
+  for (const MoeLayerSpec& l : m.layers) {
+    const ExpertWeights& w = l.experts;
+    ASSERT_FALSE(w.scheme.weights.symmetric);
+    for (const ProjWeights* p : {&w.w13, &w.w2}) {
+      ASSERT_TRUE(p->zero_point.defined());
+      std::set<int> zs(p->zero_point.data<uint8_t>(), p->zero_point.data<uint8_t>() + p->zero_point.numel());
+      // Uniform random rows: -min/scale is near 7.5, so zero points are 7 and 8, not the implied 8 alone.
+      EXPECT_GE(zs.size(), 2u);
+      EXPECT_GE(*zs.begin(), 1);  // v1 cannot store a zero point of 0
+      EXPECT_LE(*zs.rbegin(), 15);
+    }
+    for (int e : {0, 5}) {
+      std::map<std::string, Tensor> enc;
+      models::TensorSink sink = [&](const std::string& n, const Tensor& t) { enc[n] = t; };
+      const std::string ep = str(l.prefix, ".experts.", e, ".");
+      models::encode_module(sink, ep + "gate_proj", models::ModuleFormat::kGptq, w, true, e, 0);
+      models::encode_module(sink, ep + "up_proj", models::ModuleFormat::kGptq, w, true, e, 1);
+      models::encode_module(sink, ep + "down_proj", models::ModuleFormat::kGptq, w, false, e, 0);
+      ASSERT_EQ(enc.size(), 12u);  // qweight, qzeros, scales, g_idx per projection
+      for (const auto& [name, t] : enc) {
+        SCOPED_TRACE(name);
+        ASSERT_TRUE(ck->has(name));
+        Tensor f = ck->get(name);
+        ASSERT_EQ(f.dtype(), t.dtype());
+        ASSERT_EQ(f.shape(), t.shape());
+        ASSERT_EQ(0, memcmp(f.raw(), t.raw(), t.nbytes()));
+      }
+    }
+  }
+}
+
+// ModelOpt's newer quantization_config in config.json (quant_method "modelopt", ignore,
+// config_groups) loads exactly as the legacy hf_quant_config.json of the same weights.
+TEST(ModelsLoad, ModeloptConfigJsonEqualsLegacyFile) {
+  ModelScratch s("modelopt_cfg");
+  for (const char* arch : {"qwen3_moe", "llama4"}) {
+    SCOPED_TRACE(arch);
+    std::string legacy = test::gen_model(s, arch, "modelopt-nvfp4", std::string(arch) + "-legacy");
+    std::string cfgdir = test::gen_model(s, arch, "modelopt-nvfp4-cfg", std::string(arch) + "-cfg");
+    EXPECT_TRUE(std::filesystem::exists(legacy + "/hf_quant_config.json"));
+    EXPECT_FALSE(std::filesystem::exists(cfgdir + "/hf_quant_config.json"));
+    nlohmann::json cfg;
+    std::ifstream(cfgdir + "/config.json") >> cfg;
+    EXPECT_EQ(cfg["quantization_config"]["quant_method"], "modelopt");
+    EXPECT_FALSE(cfg["quantization_config"]["ignore"].empty());
+    Model a = load_model(legacy), b = load_model(cfgdir);
+    EXPECT_EQ(a.quant_method, "modelopt (hf_quant_config.json)");
+    EXPECT_EQ(b.quant_method, "modelopt");
+    ASSERT_EQ(a.layers.size(), b.layers.size());
+    auto same = [](const Tensor& x, const Tensor& y, const char* what) {
+      ASSERT_EQ(x.defined(), y.defined()) << what;
+      if (!x.defined()) return;
+      ASSERT_EQ(x.dtype(), y.dtype()) << what;
+      ASSERT_EQ(x.shape(), y.shape()) << what;
+      ASSERT_EQ(0, memcmp(x.raw(), y.raw(), x.nbytes())) << what;
+    };
+    for (size_t l = 0; l < a.layers.size(); ++l) {
+      const MoeLayerSpec &x = a.layers[l], &y = b.layers[l];
+      EXPECT_EQ(x.experts.scheme.key(), y.experts.scheme.key());
+      EXPECT_EQ(y.experts.scheme.kind, SchemeKind::kNVFP4);
+      EXPECT_EQ(x.global_scale_convention, y.global_scale_convention);
+      std::vector<std::pair<const ExpertWeights*, const ExpertWeights*>> ws = {{&x.experts, &y.experts}};
+      ASSERT_EQ(x.shared_expert.has_value(), y.shared_expert.has_value());
+      if (x.shared_expert) ws.push_back({&*x.shared_expert, &*y.shared_expert});
+      for (auto [p, q] : ws)
+        for (auto [pp, qp] : {std::pair{&p->w13, &q->w13}, std::pair{&p->w2, &q->w2}}) {
+          same(pp->weight, qp->weight, "weight");
+          same(pp->scale, qp->scale, "scale");
+          same(pp->global_scale, qp->global_scale, "global_scale");
+          same(pp->input_scale, qp->input_scale, "input_scale");
+        }
+      same(x.router_weight, y.router_weight, "router");  // routers stay unquantized (ignore list)
+    }
   }
 }
 

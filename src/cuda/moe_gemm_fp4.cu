@@ -3,17 +3,21 @@
 // moe_gemm.cu; the weights are "fp4 units": per (n16 tile, 64-k atom) the 512 bytes of backend I's
 // int4 atom (each lane's B-fragment nibbles) followed by the 16 rows' block scales (NVFP4: 4 e4m3
 // per row, 64 B; MXFP4: 2 e8m0 per row, 32 B), so one linear cp.async stream carries both.
-// Each B pair is dequantized to e2m1(q) * block_scale, EXACT in the operand dtype:
+// Each B pair is dequantized to e2m1(q) * block_scale * 2^c, EXACT in the operand dtype, with a
+// fixed power of two 2^c (bf16: 2^-63, fp16: 2^-7) folded into the scale so that one multiply
+// per pair does it (the e2m1 bit pattern alone is e2m1 * 2^-126 / 2^-14); the epilogue multiplies
+// the fp32 sum by 2^-c (exact):
 //  * e2m1 has 2 significant bits, e4m3 4 (subnormals 3): the NVFP4 product has <= 6 significant
-//    bits and lies in [2^-11 (lowest bit), 6 * 448 = 2688] — exact in bf16 (8 bits, fp32 range)
-//    and in fp16 (11 bits, subnormals down to 2^-24, max 65504);
-//  * MXFP4: e2m1 * 2^(e - 127) is a power-of-two scaling of a 2-bit value: exact in bf16 for every
-//    e <= 252 and in fp16 for e in [104, 140] (prepare_q refuses other scales).
+//    bits in [2^-11 (lowest bit), 6 * 448 = 2688]; times 2^-63 it is a normal bf16, times 2^-7 an
+//    fp16 whose lowest bit is >= 2^-19 (fp16 reaches 2^-24) and whose maximum is 21;
+//  * MXFP4: e2m1 * 2^(e - 127) * 2^c is a power-of-two scaling of a 2-bit value: exact for e in
+//    [59, 191] (bf16) and [112, 135] (fp16); prepare_q refuses other scales.
 // bf16 x bf16 (fp16 x fp16) products are exact in the MMA's fp32, so GEMM = the reference's exact
-// dequantized products summed in fp32; W4A4 activations arrive as e2m1(qa) * s_a (exact for the
-// same reason), making each MMA product e2m1(qa) s_a e2m1(qw) s_w exactly (numerics.md "Products").
-// The per-row fp32 factors (global scale; W4A4 also 1/G via the row scale) multiply the fp32 sum
-// once in the epilogue.
+// dequantized products summed in fp32 (a product smaller than 2^-126 in the scaled domain, i.e.
+// |a * w| < 2^-63 for bf16, may be flushed: far below any output's rounding). W4A4 activations
+// arrive as e2m1(qa) * s_a (exact for the same reason), making each MMA product
+// e2m1(qa) s_a e2m1(qw) s_w 2^c exactly (numerics.md "Products"). The per-row fp32 factors
+// (global scale; W4A4 also 1/G via the row scale) multiply the fp32 sum once in the epilogue.
 #include "cuda/device_common.cuh"
 #include "cuda/moe_q.cuh"
 
@@ -29,8 +33,9 @@ struct Cfg {
   static constexpr int WM = BM / WARPS_M, WN = BN / WARPS_N;
   static constexpr int MI = WM / 16, NT = WN / 16;
 };
-// The same two tile families as backend I (config.h Tile).
+// Backend I's tile families (config.h Tile), picked by their M-block height.
 using SmallCfg = Cfg<16, 64, 1, 4, 6>;
+using MediumCfg = Cfg<64, 128, 2, 2, 4>;
 using LargeCfg = Cfg<128, 128, 2, 4, 3>;
 
 template <WFmt F>
@@ -44,44 +49,44 @@ constexpr int smem_bytes() {
 
 // e2m1 codes -> operand bits: sign to bit 15, the 3 exponent/mantissa bits to the top of the
 // operand's mantissa / bottom of its exponent; that bit pattern is value * 2^-126 (bf16) or
-// value * 2^-14 (fp16), subnormal for 0.5 — one exact multiply by the power of two fixes it.
+// value * 2^-14 (fp16), subnormal for 0.5. kFold = 2^(126 + c) / 2^(14 + c) goes into the scale.
 template <class Op> struct Fp4Traits;
 template <> struct Fp4Traits<BF16> {
   static constexpr int kEmShift = 6;
-  static constexpr uint32_t kFix = 0x7E807E80u;  // bf16 2^126 in both halves
+  static constexpr uint32_t kEmMask = 0x01C001C0u;
+  static constexpr uint32_t kFold = 0x5F005F00u;          // bf16 2^63 (c = -63)
+  static constexpr float kUnscale = 9223372036854775808.f;  // 2^63
 };
 template <> struct Fp4Traits<F16> {
   static constexpr int kEmShift = 9;
-  static constexpr uint32_t kFix = 0x74007400u;  // fp16 2^14
+  static constexpr uint32_t kEmMask = 0x0E000E00u;
+  static constexpr uint32_t kFold = 0x58005800u;  // fp16 2^7 (c = -7)
+  static constexpr float kUnscale = 128.f;
 };
 
-// Pair p (0..3) of an int4-atom word: nibble p = first element, nibble p + 4 = second.
-template <class Op>
-__device__ __forceinline__ uint32_t dq_e2m1_pair(uint32_t w, int p) {
-  const uint32_t t = (w >> (4 * p)) & 0x000F000Fu;
-  const uint32_t r = ((t & 0x00080008u) << 12) | ((t & 0x00070007u) << Fp4Traits<Op>::kEmShift);
-  return Op::mul2(r, Fp4Traits<Op>::kFix);
+// Raw operand pair P (0..3) of an int4-atom word: nibble P = first element, nibble P + 4 = second.
+template <class Op, int P>
+__device__ __forceinline__ uint32_t e2m1_raw_pair(uint32_t w) {
+  constexpr int se = Fp4Traits<Op>::kEmShift - 4 * P;  // nibble bits 0-2 -> the operand's EM field
+  constexpr int ss = 12 - 4 * P;                       // nibble bit 3 -> bit 15
+  uint32_t em, sg;
+  if constexpr (se >= 0) em = w << se; else em = w >> (-se);
+  if constexpr (ss >= 0) sg = w << ss; else sg = w >> (-ss);
+  return (em & Fp4Traits<Op>::kEmMask) | (sg & 0x80008000u);
 }
 
-// Block scale of one row as an operand pair (both halves).
+// MXFP4 group scale 2^(e - 127) times 2^(126 + c) (bf16) / 2^(14 + c) (fp16), in both halves.
+// (NVFP4 scales: dq_fp8_pair gives two consecutive e4m3 scales exactly, times kFold.)
 template <class Op, WFmt F>
 __device__ __forceinline__ uint32_t scale_pair(uint32_t byte);
 template <>
-__device__ __forceinline__ uint32_t scale_pair<BF16, WFmt::kNV4>(uint32_t b) {
-  return dq_fp8_pair<BF16>(b * 0x0101u, 0);
-}
-template <>
-__device__ __forceinline__ uint32_t scale_pair<F16, WFmt::kNV4>(uint32_t b) {
-  return dq_fp8_pair<F16>(b * 0x0101u, 0);
-}
-template <>
 __device__ __forceinline__ uint32_t scale_pair<BF16, WFmt::kMX4>(uint32_t e) {
-  const uint32_t h = e != 0 ? e << 7 : 0x0040u;  // 2^(e-127); e = 0 is the bf16 subnormal 2^-127
+  const uint32_t h = (e + 63u) << 7;  // 2^(e - 127) * 2^63, normal for e <= 191
   return h | (h << 16);
 }
 template <>
 __device__ __forceinline__ uint32_t scale_pair<F16, WFmt::kMX4>(uint32_t e) {
-  const int x = static_cast<int>(e) - 127;  // in [-23, 13] (prepare_q checks)
+  const int x = static_cast<int>(e) - 120;  // 2^(e - 127) * 2^7; x in [-8, 15] (prepare_q checks)
   const uint32_t h = x >= -14 ? static_cast<uint32_t>(x + 15) << 10 : 1u << (x + 24);
   return h | (h << 16);
 }
@@ -120,23 +125,45 @@ __global__ void __launch_bounds__(C::kThreads) moe_gemm_fp4_kernel(const GemmPar
   const uint8_t* wexp = p.w + static_cast<size_t>(e) * ntiles16 * ktiles * U;
   const char* abase = static_cast<const char*>(p.a);
 
+  // Per-thread copy sources, computed once (the same rows / units every k-tile): A row chunks
+  // (row of the gathered token, 16-byte column chunk) and B unit chunks.
+  constexpr int A_ITERS = (C::BM * 8 + C::kThreads - 1) / C::kThreads;
+  constexpr int B_ITERS = (B_BYTES / 16 + C::kThreads - 1) / C::kThreads;
+  const char* a_src[A_ITERS];
+  int a_col[A_ITERS];  // first k column of the chunk within a k-tile, or -1 (no such chunk / padding row)
+#pragma unroll
+  for (int i = 0; i < A_ITERS; ++i) {
+    const int idx = tid + i * C::kThreads, r = idx >> 3, c = idx & 7;
+    const int sid = idx < C::BM * 8 ? s_rows[r] : p.numel;
+    a_col[i] = sid < p.numel ? c * 8 : -1;
+    a_src[i] = sid < p.numel ? abase + static_cast<size_t>(sid / p.a_row_div) * p.lda * 2 + c * 16 : abase;
+  }
+  const uint8_t* b_src[B_ITERS];
+  bool b_ok[B_ITERS];
+#pragma unroll
+  for (int i = 0; i < B_ITERS; ++i) {
+    const int idx = tid + i * C::kThreads;
+    const int t = idx / (U / 16), rem = idx % (U / 16);
+    const int gt = nb * (C::BN / 16) + t;
+    b_ok[i] = idx < B_BYTES / 16 && gt < ntiles16;
+    b_src[i] = b_ok[i] ? wexp + static_cast<size_t>(gt) * ktiles * U + rem * 16 : p.w;
+  }
   auto load_stage = [&](int stage, int kt) {
     uint8_t* dA = sA + stage * A_BYTES;
-    for (int idx = tid; idx < C::BM * 8; idx += C::kThreads) {
-      int r = idx >> 3, c = idx & 7;
-      int sid = s_rows[r];
-      int kcol = kt * 64 + c * 8;
-      bool ok = sid < p.numel && kcol < p.k;
-      const char* src = ok ? abase + (static_cast<size_t>(sid / p.a_row_div) * p.lda + kcol) * 2 : abase;
-      cp_async16(dA + r * 128 + ((c ^ (r & 7)) << 4), src, ok ? 16 : 0);
+#pragma unroll
+    for (int i = 0; i < A_ITERS; ++i) {
+      const int idx = tid + i * C::kThreads;
+      if (idx >= C::BM * 8) break;
+      const int r = idx >> 3, c = idx & 7;
+      const bool ok = a_col[i] >= 0 && kt * 64 + a_col[i] < p.k;
+      cp_async16(dA + r * 128 + ((c ^ (r & 7)) << 4), ok ? a_src[i] + kt * 128 : abase, ok ? 16 : 0);
     }
     uint8_t* dB = sB + stage * B_BYTES;
-    for (int idx = tid; idx < B_BYTES / 16; idx += C::kThreads) {
-      int t = idx / (U / 16), rem = idx % (U / 16);
-      int gt = nb * (C::BN / 16) + t;
-      bool ok = gt < ntiles16;
-      const uint8_t* src = ok ? wexp + ((static_cast<size_t>(gt) * ktiles + kt) * U + rem * 16) : p.w;
-      cp_async16(dB + idx * 16, src, ok ? 16 : 0);
+#pragma unroll
+    for (int i = 0; i < B_ITERS; ++i) {
+      const int idx = tid + i * C::kThreads;
+      if (idx >= B_BYTES / 16) break;
+      cp_async16(dB + idx * 16, b_ok[i] ? b_src[i] + static_cast<size_t>(kt) * U : p.w, b_ok[i] ? 16 : 0);
     }
   };
 
@@ -171,7 +198,8 @@ __global__ void __launch_bounds__(C::kThreads) moe_gemm_fp4_kernel(const GemmPar
     const uint8_t* cB = sB + st * B_BYTES;
     // this lane's codes and its two rows' scales for the whole 64-k atom
     uint32_t wv[C::NT][4];
-    uint32_t sc[C::NT][2];
+    // scale pairs (two consecutive blocks / groups per register, already times 2^(126 + c))
+    uint32_t sp[C::NT][2][2];
 #pragma unroll
     for (int nt = 0; nt < C::NT; ++nt) {
       const uint8_t* unit = cB + (warp_n * C::NT + nt) * U;
@@ -180,8 +208,15 @@ __global__ void __launch_bounds__(C::kThreads) moe_gemm_fp4_kernel(const GemmPar
 #pragma unroll
       for (int j = 0; j < 2; ++j) {
         const int row = j * 8 + (lane >> 2);
-        if constexpr (F == WFmt::kNV4) sc[nt][j] = *reinterpret_cast<const uint32_t*>(unit + 512 + row * 4);
-        else sc[nt][j] = *reinterpret_cast<const uint16_t*>(unit + 512 + row * 2);
+        if constexpr (F == WFmt::kNV4) {
+          const uint32_t sw = *reinterpret_cast<const uint32_t*>(unit + 512 + row * 4);  // blocks 0..3
+          sp[nt][j][0] = Op::mul2(dq_fp8_pair<Op>(sw, 0), Fp4Traits<Op>::kFold);      // (s0, s1)
+          sp[nt][j][1] = Op::mul2(dq_fp8_pair<Op>(sw, 2), Fp4Traits<Op>::kFold);      // (s2, s3)
+        } else {
+          const uint32_t sw = *reinterpret_cast<const uint16_t*>(unit + 512 + row * 2);  // groups 0, 1
+          sp[nt][j][0] = scale_pair<Op, F>(sw & 0xFFu);
+          sp[nt][j][1] = scale_pair<Op, F>(sw >> 8);
+        }
       }
     }
 #pragma unroll
@@ -198,11 +233,15 @@ __global__ void __launch_bounds__(C::kThreads) moe_gemm_fp4_kernel(const GemmPar
       for (int nt = 0; nt < C::NT; ++nt)
 #pragma unroll
         for (int j = 0; j < 2; ++j) {
-          // NVFP4: block `step` of this atom; MXFP4: group step / 2
-          const uint32_t sb = F == WFmt::kNV4 ? (sc[nt][j] >> (8 * step)) & 0xFFu : (sc[nt][j] >> (8 * (step >> 1))) & 0xFFu;
-          const uint32_t s2 = scale_pair<Op, F>(sb);
-#pragma unroll
-          for (int bi = 0; bi < 2; ++bi) b[nt][j][bi] = Op::mul2(dq_e2m1_pair<Op>(wv[nt][step], j * 2 + bi), s2);
+          // NVFP4: block `step` of this atom (half step & 1 of pair step / 2, broadcast); MXFP4:
+          // group step / 2 (both halves already)
+          const uint32_t s2 = F == WFmt::kNV4 ? __byte_perm(sp[nt][j][step >> 1], 0u, (step & 1) ? 0x3232 : 0x1010)
+                                              : sp[nt][j][step >> 1];
+          // pair index j * 2 + bi, spelled out so that the shifts are compile-time constants
+          const uint32_t r0 = j == 0 ? e2m1_raw_pair<Op, 0>(wv[nt][step]) : e2m1_raw_pair<Op, 2>(wv[nt][step]);
+          const uint32_t r1 = j == 0 ? e2m1_raw_pair<Op, 1>(wv[nt][step]) : e2m1_raw_pair<Op, 3>(wv[nt][step]);
+          b[nt][j][0] = Op::mul2(r0, s2);
+          b[nt][j][1] = Op::mul2(r1, s2);
         }
 #pragma unroll
       for (int mi = 0; mi < C::MI; ++mi)
@@ -244,7 +283,8 @@ __global__ void __launch_bounds__(C::kThreads) moe_gemm_fp4_kernel(const GemmPar
 #pragma unroll
           for (int j = 0; j < 2; ++j)
 #pragma unroll
-            for (int e2 = 0; e2 < 2; ++e2) acc[mi][nt][j][h * 2 + e2] *= rs * cs[nt][j][e2];
+            for (int e2 = 0; e2 < 2; ++e2)  // (rs * cs) * 2^-c: the power of two is exact
+              acc[mi][nt][j][h * 2 + e2] *= (rs * cs[nt][j][e2]) * Fp4Traits<Op>::kUnscale;
       }
   }
 
@@ -332,10 +372,15 @@ void launch_fmt(WFmt fmt, const GemmParams& p, cudaStream_t s) {
 void launch_moe_gemm_fp4(bool f16, WFmt fmt, Tile tile, const GemmParams& p, cudaStream_t s) {
   QMOE_CHECK(fmt == WFmt::kNV4 || fmt == WFmt::kMX4, kInternal, "launch_moe_gemm_fp4: format ", static_cast<int>(fmt),
              " is not an fp4 format");
-  if (tile == Tile::kSmall) {
+  const int bm = tile_bm(tile);  // must match the M-blocks forward() aligned the rows to
+  if (bm == SmallCfg::BM) {
     if (f16) launch_fmt<F16, SmallCfg>(fmt, p, s);
     else launch_fmt<BF16, SmallCfg>(fmt, p, s);
+  } else if (bm == MediumCfg::BM) {
+    if (f16) launch_fmt<F16, MediumCfg>(fmt, p, s);
+    else launch_fmt<BF16, MediumCfg>(fmt, p, s);
   } else {
+    QMOE_CHECK(bm == LargeCfg::BM, kInternal, "launch_moe_gemm_fp4: no tile with ", bm, "-row blocks");
     if (f16) launch_fmt<F16, LargeCfg>(fmt, p, s);
     else launch_fmt<BF16, LargeCfg>(fmt, p, s);
   }

@@ -246,7 +246,7 @@ std::string can_prepare_q(const ExpertWeights& w) {
     if (!nv) {
       // every e8m0 scale must keep e2m1 * 2^(e - 127) exact in the operand dtype (moe_gemm_fp4.cu)
       const bool f16 = w.act_dtype == DType::kF16;
-      const int lo = f16 ? 104 : 0, hi = f16 ? 140 : 252;
+      const int lo = f16 ? 112 : 59, hi = f16 ? 135 : 191;
       for (const ProjWeights* pw : {&w.w13, &w.w2}) {
         const uint8_t* s = static_cast<const uint8_t*>(pw->scale.raw());
         const auto mm = std::minmax_element(s, s + pw->scale.numel());

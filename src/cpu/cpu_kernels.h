@@ -12,6 +12,10 @@
 
 namespace qmoe::cpu {
 
+// Up to this many activation rows per expert a job is a weight stream (the AVX-512 kernels fuse
+// decode and dot; the layer splits jobs statically).
+constexpr int kFewRows = 4;
+
 struct GemmJob {
   const PackedProj* w = nullptr;
   int e = 0;         // local expert

@@ -41,16 +41,6 @@ inline __m512i int_table() {
   }
   return _mm512_load_si512(t);
 }
-inline __m512i e2m1_table() {
-  alignas(64) uint16_t t[32];
-  for (int i = 0; i < 32; ++i) {
-    float f = generic::codec::e2m1_to_f32(uint8_t(i & 15));
-    uint32_t u;
-    std::memcpy(&u, &f, 4);
-    t[i] = uint16_t(u >> 16);
-  }
-  return _mm512_load_si512(t);
-}
 // e4m3 subnormal magnitudes m * 2^-9 (m = 0..7) as bf16, indexed by the 7-bit magnitude (< 8).
 inline __m512i e4m3_sub_table() {
   alignas(64) uint16_t t[32] = {};
@@ -79,26 +69,77 @@ inline void zp_dwords(const uint8_t* z16, __m512i* lo, __m512i* hi) {
   *hi = _mm512_permutexvar_epi32(_mm512_add_epi32(dup, _mm512_set1_epi32(8)), z);
 }
 
+// 4-bit codes (kWord4 layout): one 64-byte block = 16 rows x 4 kpairs. Shifting each 16-bit word
+// right by 4q puts kpair q's nibble in its low bits; vpermw looks the word up in a 32-entry table
+// by the word's low 5 bits. Symmetric int4 and e2m1 use a table whose halves repeat the 16 values
+// (the bit above the nibble is then irrelevant: no mask); asymmetric int4 masks the nibble and
+// adds the per-lane offset 16 - z into int_table().
+inline __m512i rep16_table(bool is_int, int z) {
+  alignas(64) uint16_t t[32];
+  for (int i = 0; i < 32; ++i) {
+    const float f = is_int ? float((i & 15) - z) : generic::codec::e2m1_to_f32(uint8_t(i & 15));
+    uint32_t u;
+    std::memcpy(&u, &f, 4);
+    t[i] = uint16_t(u >> 16);  // exact: |f| <= 15
+  }
+  return _mm512_load_si512(t);
+}
+template <bool kAsym>
+inline void dec4(const uint8_t* blk, __m512i tbl, __m512i off, __m512i out[4]) {
+  const __m512i b = _mm512_load_si512(blk);
+  const __m512i m = _mm512_set1_epi16(15);
+  if (kAsym) {
+    out[0] = _mm512_permutexvar_epi16(_mm512_add_epi16(_mm512_and_si512(b, m), off), tbl);
+    out[1] = _mm512_permutexvar_epi16(_mm512_add_epi16(_mm512_and_si512(_mm512_srli_epi16(b, 4), m), off), tbl);
+    out[2] = _mm512_permutexvar_epi16(_mm512_add_epi16(_mm512_and_si512(_mm512_srli_epi16(b, 8), m), off), tbl);
+    out[3] = _mm512_permutexvar_epi16(_mm512_add_epi16(_mm512_srli_epi16(b, 12), off), tbl);
+  } else {
+    out[0] = _mm512_permutexvar_epi16(b, tbl);
+    out[1] = _mm512_permutexvar_epi16(_mm512_srli_epi16(b, 4), tbl);
+    out[2] = _mm512_permutexvar_epi16(_mm512_srli_epi16(b, 8), tbl);
+    out[3] = _mm512_permutexvar_epi16(_mm512_srli_epi16(b, 12), tbl);
+  }
+}
+// One kpair of 8-bit integer codes (32 bytes, pair layout) as bf16 values u - z (exact: |u - z| <= 255).
+inline __m512i dec8_int(const uint8_t* s, __m512i zlo, __m512i zhi) {
+  const __m512i d0 = _mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s))), zlo);
+  const __m512i d1 = _mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 16))), zhi);
+  // cvtne2ps(hi, lo) puts lo in words 0..15: rows 0..7 then rows 8..15, the pair layout
+  return (__m512i)_mm512_cvtne2ps_pbh(_mm512_cvtepi32_ps(d1), _mm512_cvtepi32_ps(d0));
+}
+// Two kpairs of e4m3 codes (64 bytes) as exact bf16 values.
+inline void dec_fp8(const uint8_t* s, __m512i sub, __m512i out[2]) {
+  for (int h = 0; h < 2; ++h) {
+    const __m512i b = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + 32 * h)));
+    const __m512i mag = _mm512_and_si512(b, _mm512_set1_epi16(0x7f));
+    // normal e4m3 (exponent field >= 1): bf16 = mag << 4 with the exponent rebased by 127 - 7
+    __m512i v = _mm512_add_epi16(_mm512_slli_epi16(mag, 4), _mm512_set1_epi16(120 << 7));
+    const __mmask32 is_sub = _mm512_cmplt_epu16_mask(mag, _mm512_set1_epi16(8));
+    v = _mm512_mask_permutexvar_epi16(v, is_sub, mag, sub);  // subnormals and zero from the table
+    out[h] = _mm512_or_si512(v, _mm512_slli_epi16(_mm512_and_si512(b, _mm512_set1_epi16(0x80)), 8));
+  }
+}
+
 // Decodes kpairs [kp0, kp0 + nkp) of one panel into bf16 values, out[kp][32] (pair layout).
 void decode_bf16_tile(const PackedProj& w, const uint8_t* pc, const uint8_t* zp, int kp0, int nkp, uint16_t* out) {
   switch (w.code) {
     case CodeKind::kInt4: case CodeKind::kFp4: {
-      const bool is_int = w.code == CodeKind::kInt4;
-      const __m512i tbl = is_int ? int_table() : e2m1_table();
-      __m512i off = _mm512_set1_epi16(int16_t(is_int ? 16 - w.zsym : 0));
+      const bool is_int = w.code == CodeKind::kInt4, asym = is_int && w.has_zp;
+      const __m512i tbl = asym ? int_table() : rep16_table(is_int, w.zsym);
+      __m512i off = _mm512_setzero_si512();
       int zg_cur = -1;
-      for (int q = 0; q < nkp / 2; ++q) {  // one k-quad = two kpairs = 32 bytes
-        const int kq = kp0 / 2 + q;
-        if (is_int && w.has_zp) {
-          const int zg = (kq * 4) / w.zp_group;
+      for (int q = 0; q < nkp / 4; ++q) {  // one 64-byte block = four kpairs
+        const int kb = kp0 / 4 + q;
+        if (asym) {
+          const int zg = (kb * 8) / w.zp_group;
           if (zg != zg_cur) off = zp_offsets_words(zp + size_t(zg) * kPanelRows), zg_cur = zg;
         }
-        _mm_prefetch(reinterpret_cast<const char*>(pc + size_t(kq) * 32 + kPrefetch), _MM_HINT_T0);
-        const __m512i b = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(pc + size_t(kq) * 32)));
-        const __m512i lo = _mm512_add_epi16(_mm512_and_si512(b, _mm512_set1_epi16(15)), off);
-        const __m512i hi = _mm512_add_epi16(_mm512_srli_epi16(b, 4), off);
-        _mm512_store_si512(out + size_t(2 * q) * 32, _mm512_permutexvar_epi16(lo, tbl));
-        _mm512_store_si512(out + size_t(2 * q + 1) * 32, _mm512_permutexvar_epi16(hi, tbl));
+        const uint8_t* blk = pc + size_t(kb) * 64;
+        _mm_prefetch(reinterpret_cast<const char*>(blk + kPrefetch), _MM_HINT_T0);
+        __m512i v[4];
+        if (asym) dec4<true>(blk, tbl, off, v);
+        else dec4<false>(blk, tbl, off, v);
+        for (int i = 0; i < 4; ++i) _mm512_store_si512(out + size_t(4 * q + i) * 32, v[i]);
       }
       break;
     }
@@ -113,26 +154,19 @@ void decode_bf16_tile(const PackedProj& w, const uint8_t* pc, const uint8_t* zp,
         }
         const uint8_t* s = pc + size_t(kp) * 32;
         _mm_prefetch(reinterpret_cast<const char*>(s + kPrefetch), _MM_HINT_T0);
-        const __m512i d0 = _mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s))), zlo);
-        const __m512i d1 = _mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 16))), zhi);
-        // cvtne2ps(hi, lo) puts lo in words 0..15: rows 0..7 then rows 8..15, the pair layout
-        const __m512bh v = _mm512_cvtne2ps_pbh(_mm512_cvtepi32_ps(d1), _mm512_cvtepi32_ps(d0));
-        _mm512_store_si512(out + size_t(i) * 32, (__m512i)v);
+        _mm512_store_si512(out + size_t(i) * 32, dec8_int(s, zlo, zhi));
       }
       break;
     }
     case CodeKind::kFp8: {
       const __m512i sub = e4m3_sub_table();
-      for (int i = 0; i < nkp; ++i) {
-        _mm_prefetch(reinterpret_cast<const char*>(pc + size_t(kp0 + i) * 32 + kPrefetch), _MM_HINT_T0);
-        const __m512i b = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(pc + size_t(kp0 + i) * 32)));
-        const __m512i mag = _mm512_and_si512(b, _mm512_set1_epi16(0x7f));
-        // normal e4m3 (exponent field >= 1): bf16 = mag << 4 with the exponent rebased by 127 - 7
-        __m512i v = _mm512_add_epi16(_mm512_slli_epi16(mag, 4), _mm512_set1_epi16(120 << 7));
-        const __mmask32 is_sub = _mm512_cmplt_epu16_mask(mag, _mm512_set1_epi16(8));
-        v = _mm512_mask_permutexvar_epi16(v, is_sub, mag, sub);  // subnormals and zero from the table
-        v = _mm512_or_si512(v, _mm512_slli_epi16(_mm512_and_si512(b, _mm512_set1_epi16(0x80)), 8));
-        _mm512_store_si512(out + size_t(i) * 32, v);
+      for (int i = 0; i < nkp; i += 2) {
+        const uint8_t* s = pc + size_t(kp0 + i) * 32;
+        _mm_prefetch(reinterpret_cast<const char*>(s + kPrefetch), _MM_HINT_T0);
+        __m512i v[2];
+        dec_fp8(s, sub, v);
+        _mm512_store_si512(out + size_t(i) * 32, v[0]);
+        _mm512_store_si512(out + size_t(i + 1) * 32, v[1]);
       }
       break;
     }
@@ -389,10 +423,151 @@ bool run_s8(const GemmJob& j) {
   return true;
 }
 
+// ---- fused decode-and-dot for few tokens per expert ------------------------------------------
+// With T <= kFusedMaxT activation rows the job is a stream over the pair's weights: every 64-byte
+// load is decoded in registers (dec4 / dec8_int / dec_fp8, or used as is for bf16) and feeds
+// T x 2 panels of vdpbf16ps straight away; nothing is stored. Per scale group the products of
+// each (panel, token) collect in kNp independent partial accumulators (enough chains to hide the
+// vdpbf16ps latency at T = 1), summed at the group's end and multiplied by the group's 16 scales
+// into the running sums: the same per-group factoring as the batched kernel, only the fp32
+// summation order inside a group differs. The bf16-pair products are exact (both operands exact
+// bf16 values, 8 x 8 significant bits), so the pairing itself rounds nothing.
+constexpr int kFusedMaxT = kFewRows;
+constexpr int kFusedPf = 2048;  // software prefetch distance in each panel's stream (bytes)
+
+template <int T, CodeKind C, bool kAsym>
+void fused_pair(const GemmJob& j) {
+  constexpr int kNp = T == 1 ? 4 : T == 2 ? 2 : 1;
+  // bytes of one panel per kpair: bf16 64, 8-bit 32, 4-bit 16; an iteration handles 4 kpairs
+  constexpr int kBpk = C == CodeKind::kBF16 ? 64 : (C == CodeKind::kInt8 || C == CodeKind::kFp8) ? 32 : 16;
+  const PackedProj& w = *j.w;
+  const ActBuf& a = *j.a;
+  const int nkp = w.k_pad / 2;
+  const int seg = w.group > 0 ? w.group / 2 : nkp;  // kpairs per scale group (a multiple of 4)
+  const int p0 = 2 * j.pair;
+  const uint8_t* pc[2] = {w.panel(j.e, p0), w.panel(j.e, p0 + 1)};
+  const size_t sb = scale_kind_bytes(w.gscale_kind);
+  const uint8_t* gs[2] = {nullptr, nullptr};
+  if (w.group > 0) gs[0] = w.gscale_panel(j.e, p0), gs[1] = w.gscale_panel(j.e, p0 + 1);
+  const int32_t* ar[T];  // activation rows as (a[2kp], a[2kp + 1]) pairs
+  for (int t = 0; t < T; ++t) ar[t] = reinterpret_cast<const int32_t*>(a.row<uint16_t>(j.row0 + t));
+
+  __m512i tbl = _mm512_setzero_si512(), off[2] = {tbl, tbl}, zlo[2], zhi[2];
+  if (C == CodeKind::kInt4) tbl = kAsym ? int_table() : rep16_table(true, w.zsym);
+  if (C == CodeKind::kFp4) tbl = rep16_table(false, 0);
+  if (C == CodeKind::kFp8) tbl = e4m3_sub_table();
+  zlo[0] = zhi[0] = zlo[1] = zhi[1] = _mm512_set1_epi32(w.zsym);
+  int zg_cur = -1;
+
+  __m512 c[2][T];
+  for (int h = 0; h < 2; ++h)
+    for (int t = 0; t < T; ++t) c[h][t] = _mm512_setzero_ps();
+  for (int g0 = 0, g = 0; g0 < nkp; g0 += seg, ++g) {
+    const int g1 = std::min(nkp, g0 + seg);
+    if (kAsym) {
+      const int zg = (g0 * 2) / w.zp_group;
+      if (zg != zg_cur) {
+        zg_cur = zg;
+        for (int h = 0; h < 2; ++h) {
+          const uint8_t* z = w.zp_panel(j.e, p0 + h) + size_t(zg) * kPanelRows;
+          if (C == CodeKind::kInt4) off[h] = zp_offsets_words(z);
+          else zp_dwords(z, &zlo[h], &zhi[h]);
+        }
+      }
+    }
+    __m512 p[2][T][kNp];
+    for (int h = 0; h < 2; ++h)
+      for (int t = 0; t < T; ++t)
+        for (int i = 0; i < kNp; ++i) p[h][t][i] = _mm512_setzero_ps();
+    for (int kp = g0; kp < g1; kp += 4) {
+      __m512i v[2][4];
+      for (int h = 0; h < 2; ++h) {
+        const uint8_t* src = pc[h] + size_t(kp) * kBpk;
+        for (int l = 0; l < 4 * kBpk; l += 64) _mm_prefetch(reinterpret_cast<const char*>(src + l + kFusedPf), _MM_HINT_T0);
+        if constexpr (C == CodeKind::kBF16) {
+          for (int i = 0; i < 4; ++i) v[h][i] = _mm512_load_si512(src + 64 * i);
+        } else if constexpr (C == CodeKind::kInt8) {
+          for (int i = 0; i < 4; ++i) v[h][i] = dec8_int(src + 32 * i, zlo[h], zhi[h]);
+        } else if constexpr (C == CodeKind::kFp8) {
+          dec_fp8(src, tbl, v[h]);
+          dec_fp8(src + 64, tbl, v[h] + 2);
+        } else {
+          dec4<kAsym>(src, tbl, off[h], v[h]);
+        }
+      }
+      for (int i = 0; i < 4; ++i)
+        for (int t = 0; t < T; ++t) {
+          const __m512bh A = as_bh(_mm512_set1_epi32(ar[t][kp + i]));  // one (a[k], a[k+1]) pair to every lane
+          p[0][t][i % kNp] = _mm512_dpbf16_ps(p[0][t][i % kNp], A, as_bh(v[0][i]));
+          p[1][t][i % kNp] = _mm512_dpbf16_ps(p[1][t][i % kNp], A, as_bh(v[1][i]));
+        }
+    }
+    for (int h = 0; h < 2; ++h) {
+      __m512 sc = _mm512_set1_ps(1.f);
+      if (w.group > 0) {
+        const uint8_t* sp = gs[h] + size_t(g) * kPanelRows * sb;
+        _mm_prefetch(reinterpret_cast<const char*>(sp + 512), _MM_HINT_T0);
+        sc = load_scales16(w.gscale_kind, sp);
+      }
+      for (int t = 0; t < T; ++t) {
+        __m512 sum = p[h][t][0];
+        if constexpr (kNp == 4) sum = _mm512_add_ps(_mm512_add_ps(p[h][t][0], p[h][t][1]), _mm512_add_ps(p[h][t][2], p[h][t][3]));
+        if constexpr (kNp == 2) sum = _mm512_add_ps(p[h][t][0], p[h][t][1]);
+        c[h][t] = w.group > 0 ? _mm512_fmadd_ps(sum, sc, c[h][t]) : _mm512_add_ps(c[h][t], sum);
+      }
+    }
+  }
+  const size_t rb = size_t(j.e) * w.rows_pad + size_t(j.pair) * kJobRows;
+  for (int t = 0; t < T; ++t) {
+    const __m512 ts = _mm512_set1_ps((a.row_scale.empty() ? 1.f : a.row_scale[size_t(j.row0 + t)]) * j.extra);
+    for (int h = 0; h < 2; ++h) {
+      __m512 v = c[h][t];
+      if (!w.rowscale.empty()) v = _mm512_mul_ps(v, _mm512_loadu_ps(w.rowscale.data() + rb + h * 16));
+      v = _mm512_mul_ps(v, ts);
+      if (!w.bias.empty()) v = _mm512_add_ps(v, _mm512_loadu_ps(w.bias.data() + rb + h * 16));
+      _mm512_storeu_ps(j.out + size_t(t) * j.ldo + h * 16, v);
+    }
+  }
+}
+
+template <int T>
+bool fused_for_t(const GemmJob& j) {
+  const bool asym = j.w->has_zp;
+  switch (j.w->code) {
+    case CodeKind::kBF16: fused_pair<T, CodeKind::kBF16, false>(j); return true;
+    case CodeKind::kFp8: fused_pair<T, CodeKind::kFp8, false>(j); return true;
+    case CodeKind::kFp4: fused_pair<T, CodeKind::kFp4, false>(j); return true;
+    case CodeKind::kInt8:
+      asym ? fused_pair<T, CodeKind::kInt8, true>(j) : fused_pair<T, CodeKind::kInt8, false>(j);
+      return true;
+    case CodeKind::kInt4:
+      asym ? fused_pair<T, CodeKind::kInt4, true>(j) : fused_pair<T, CodeKind::kInt4, false>(j);
+      return true;
+    default: return false;
+  }
+}
+
+// The fused path runs bf16-format activations without per-token-group scales, no g_idx, and
+// weight groups (if any) that are whole 64-byte blocks of every code kind (8 k).
+bool run_fused(const GemmJob& j) {
+  const PackedProj& w = *j.w;
+  const ActBuf& a = *j.a;
+  if (j.nrows < 1 || j.nrows > kFusedMaxT || a.fmt != ActFmt::kBF16 || !a.group_scale.empty() || !w.gidx.empty())
+    return false;
+  if (w.group > 0 && w.group % 8 != 0) return false;
+  if (w.has_zp && w.zp_group % 8 != 0) return false;
+  switch (j.nrows) {
+    case 1: return fused_for_t<1>(j);
+    case 2: return fused_for_t<2>(j);
+    case 3: return fused_for_t<3>(j);
+    default: return fused_for_t<4>(j);
+  }
+}
+
 }  // namespace
 
 void gemm(const GemmJob& j) {
-  if (run_bf16(j) || run_s8(j)) return;
+  if (run_fused(j) || run_bf16(j) || run_s8(j)) return;
   generic::gemm(j);
 }
 void quant_row(const float* x, int n, const QuantRowArgs& q, ActBuf& a, int i) { generic::quant_row(x, n, q, a, i); }

@@ -44,6 +44,20 @@ struct Scratch {
   }
 };
 
+// Runs f(0..n-1) on all threads. When every expert has few tokens the jobs are weight streams of
+// equal cost: a static split gives each thread one contiguous run of panels (one sequential
+// stream, no scheduling traffic); otherwise jobs are handed out one at a time.
+template <class F>
+void parallel_jobs(size_t n, bool streams, F&& f) {
+  if (streams) {
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; ++i) f(i);
+  } else {
+#pragma omp parallel for schedule(dynamic, 1)
+    for (size_t i = 0; i < n; ++i) f(i);
+  }
+}
+
 // One set of experts (the routed ones, or the shared expert as E = 1) prepared for the kernels.
 struct ExpertSet {
   PackedProj w13, w2;
@@ -209,8 +223,7 @@ void CpuLayer::run_experts(ExpertSet& s, const float* xf, const Routed& r, std::
   for (int e = 0; e < E; ++e) max_t = std::max(max_t, r.off[e + 1] - r.off[e]);
   const size_t scr13 = gemm_scratch_floats(w13, max_t) + size_t(max_t) * kJobRows * 2 + 64;
   const Activation act = cfg_.activation;
-#pragma omp parallel for schedule(dynamic, 1)
-  for (size_t ji = 0; ji < jobs.size(); ++ji) {
+  parallel_jobs(jobs.size(), max_t <= kFewRows, [&](size_t ji) {
     const auto [e, j] = jobs[ji];
     const int p0 = r.off[e], T = r.off[e + 1] - p0;
     float* scr = scratch_.get(scr13);
@@ -230,7 +243,7 @@ void CpuLayer::run_experts(ExpertSet& s, const float* xf, const Routed& r, std::
       for (int c = 0; c < c_end; ++c)
         hr[c] = round_act(s.act_dtype, ref::apply_activation(act, g[t * kJobRows + c], u[t * kJobRows + c]));
     }
-  }
+  });
 
   // 3. GEMM2 inputs.
 #pragma omp parallel for schedule(static) if (size_t(npos) * I > 65536)
@@ -248,8 +261,7 @@ void CpuLayer::run_experts(ExpertSet& s, const float* xf, const Routed& r, std::
     if (r.off[e + 1] > r.off[e])
       for (int j = 0; j < pairs2; ++j) jobs.push_back({e, j});
   const size_t scr2 = gemm_scratch_floats(w2, max_t);
-#pragma omp parallel for schedule(dynamic, 1)
-  for (size_t ji = 0; ji < jobs.size(); ++ji) {
+  parallel_jobs(jobs.size(), max_t <= kFewRows, [&](size_t ji) {
     const auto [e, j] = jobs[ji];
     const int p0 = r.off[e], T = r.off[e + 1] - p0;
     GemmJob jb;
@@ -258,7 +270,7 @@ void CpuLayer::run_experts(ExpertSet& s, const float* xf, const Routed& r, std::
     jb.scratch = scratch_.get(scr2);
     jb.extra = s.extra_of(w2, e);
     kn_->gemm(jb);
-  }
+  });
 }
 
 Tensor CpuLayer::forward_routed(const Tensor& x, const Tensor& topk_weights, const Tensor& topk_ids) {

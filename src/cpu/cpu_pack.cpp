@@ -2,6 +2,7 @@
 // Runs once per layer, in parallel over (expert, panel).
 #include <algorithm>
 #include <cstring>
+#include <sys/mman.h>
 
 #include "core/codecs.h"
 #include "cpu/cpu_pack.h"
@@ -29,6 +30,17 @@ float scale_to_f32(ScaleKind k, const uint8_t* p) {
     case ScaleKind::kE8M0: return codec::e8m0_to_f32(*p);
   }
   return 1.f;
+}
+
+void AlignedBytes::alloc(size_t bytes) {
+  n = bytes;
+  const size_t huge = size_t(2) << 20;
+  const bool big = bytes >= 2 * huge;
+  const size_t align = big ? huge : 64;
+  const size_t len = size_t(round_up(int64_t(bytes ? bytes : 64), int64_t(align)));
+  p.reset(static_cast<uint8_t*>(std::aligned_alloc(align, len)));
+  if (!p) throw std::bad_alloc();
+  if (big) madvise(p.get(), len, MADV_HUGEPAGE);  // advisory: failure only costs TLB misses
 }
 
 void ActBuf::alloc(ActFmt f, int r, int l) {
@@ -64,9 +76,9 @@ inline size_t elem_index(CodeKind c, int r, int k, int* nib) {
   switch (c) {
     case CodeKind::kBF16: case CodeKind::kF16: case CodeKind::kF32: case CodeKind::kInt8: case CodeKind::kFp8:
       return size_t(k / 2) * 32 + r * 2 + (k & 1);  // element index (times element size by caller)
-    case CodeKind::kInt4: case CodeKind::kFp4:
+    case CodeKind::kInt4: case CodeKind::kFp4:  // kWord4
       *nib = (k >> 1) & 1;
-      return size_t(k / 4) * 32 + r * 2 + (k & 1);
+      return size_t(k / 8) * 64 + size_t(r * 2 + (k & 1)) * 2 + ((k >> 2) & 1);
     case CodeKind::kVnni8: return size_t(k / 4) * 64 + r * 4 + (k & 3);
     case CodeKind::kVnni4:
       *nib = (k >> 2) & 1;

@@ -4,7 +4,10 @@
 // multiple of 8. Inside a panel, codes are interleaved along K so that one vector load yields the
 // operand of one dot-product instruction (element (r, k) of a panel):
 //   kPair  (bf16 / f16 / f32 values, 8-bit codes): index (k/2)*32 + r*2 + k%2      (vdpbf16ps: 2 k per lane)
-//   kQuad4 (4-bit codes): byte (k/4)*32 + r*2 + k%2, low nibble when k%4 < 2 else high nibble
+//   kWord4 (4-bit codes): 64-byte blocks of 16 rows x 8 k; word j = r*2 + k%2 of block k/8 holds
+//          kpair q = (k/2)%4 in bits [4q, 4q+4), i.e. byte (k/8)*64 + (r*2 + k%2)*2 + (k/4)%2,
+//          high nibble when (k/2) is odd. Shifting a block right by 4q bits (per 16-bit word) puts
+//          kpair q's nibbles in the low bits of the words, already in vdpbf16ps pair order.
 //   kVnni8 (8-bit codes): byte (k/4)*64 + r*4 + k%4                             (vpdpbusd: 4 k per lane)
 //   kVnni4 (4-bit codes): byte (k/8)*64 + r*4 + k%4, low nibble when k%8 < 4 else high nibble
 // Scales keep the checkpoint's dtype ([panel][group][16] per panel); per-row factors (channel,
@@ -26,15 +29,13 @@ constexpr int kKAlign = 8;
 
 inline int64_t round_up(int64_t v, int64_t m) { return (v + m - 1) / m * m; }
 
-// 64-byte aligned, uninitialised-then-zeroed byte buffer.
+// 64-byte aligned, uninitialised byte buffer. Buffers of 4 MiB and more are 2 MiB aligned and
+// asked for transparent huge pages (madvise): weight streams then cost no TLB walk per 4 KiB.
+// alloc is out of line (cpu_pack.cpp) so that no ISA-flagged translation unit instantiates it.
 struct AlignedBytes {
   std::unique_ptr<uint8_t, void (*)(void*)> p{nullptr, std::free};
   size_t n = 0;
-  void alloc(size_t bytes) {
-    n = bytes;
-    p.reset(static_cast<uint8_t*>(std::aligned_alloc(64, round_up(bytes ? bytes : 64, 64))));
-    if (!p) throw std::bad_alloc();
-  }
+  void alloc(size_t bytes);
   uint8_t* data() const { return p.get(); }
 };
 
@@ -43,9 +44,9 @@ enum class CodeKind : uint8_t {
   kF16,    // fp16 values, kPair
   kF32,    // fp32 values, kPair
   kInt8,   // unsigned int codes u, value u - z, kPair
-  kInt4,   // unsigned int codes u, value u - z, kQuad4
+  kInt4,   // unsigned int codes u, value u - z, kWord4
   kFp8,    // e4m3 bytes, kPair
-  kFp4,    // e2m1 nibbles, kQuad4
+  kFp4,    // e2m1 nibbles, kWord4
   kVnni8,  // unsigned int codes u (value u - z), kVnni8; paired with int8 activations
   kVnni4,  // unsigned int codes u (value u - z), kVnni4; paired with int8 activations
 };

@@ -10,6 +10,7 @@
 // |cpu - oracle| <= tol and, as the reference obeys the same bound, |cpu - ref| <= 2 tol.
 #include <gtest/gtest.h>
 
+#include <array>
 #include <random>
 #include <string>
 #include <vector>
@@ -198,6 +199,54 @@ TEST_P(CpuScheme, MatchesReferenceOnEveryIsa) {
 }
 
 INSTANTIATE_TEST_SUITE_P(AllSchemes, CpuScheme, ::testing::ValuesIn(all_cases()),
+                         [](const auto& info) { return info.param.name; });
+
+// ---- few tokens per expert (the AVX-512 fused decode-and-dot path) -------------------------------
+// Every token goes to the same two experts (in either slot order), so each touched expert has
+// exactly T = M rows, M = 1..4: the streaming kernels of cpu_kernels_avx512.cpp (T <= kFewRows)
+// for every code kind they decode, T specialisations included. Then a batch that mixes experts
+// with T = 5, 3 and 2 in one call (batched and fused jobs side by side, dynamic schedule).
+
+void fixed_routing(int64_t M, const std::vector<std::array<int, 2>>& pick, uint64_t seed, Tensor& w, Tensor& ids) {
+  w = Tensor(DType::kF32, {M, 2});
+  ids = Tensor(DType::kI32, {M, 2});
+  std::mt19937_64 rng(seed);
+  for (int64_t t = 0; t < M; ++t)
+    for (int j = 0; j < 2; ++j) {
+      ids.data_mut<int32_t>()[t * 2 + j] = pick[size_t(t)][size_t(j)];
+      w.data_mut<float>()[t * 2 + j] = 0.1f + 0.9f * std::uniform_real_distribution<float>(0, 1)(rng);
+    }
+}
+
+class CpuFewTokens : public ::testing::TestWithParam<Case> {};
+
+TEST_P(CpuFewTokens, OneToFourTokensPerExpert) {
+  const Case& c = GetParam();
+  ref::RandomWeightsSpec rs;
+  rs.scheme = c.spec;
+  rs.num_experts = 5;
+  rs.hidden = c.H;
+  rs.intermediate = c.I;
+  rs.seed = 17;
+  rs.act_amax = 1.5f;
+  ExpertWeights w = ref::make_random_expert_weights(rs);
+  for (int64_t M = 1; M <= 4; ++M) {
+    std::vector<std::array<int, 2>> pick;
+    for (int64_t t = 0; t < M; ++t) pick.push_back(t % 2 ? std::array<int, 2>{3, 1} : std::array<int, 2>{1, 3});
+    Tensor x = test::random_tensor(c.spec.act_dtype, {M, c.H}, 50 + M);
+    Tensor tw, ids;
+    fixed_routing(M, pick, 60 + M, tw, ids);
+    expect_cpu_matches(w, config(5, 2, c.act), nullptr, x, tw, ids, c.name + " T=" + std::to_string(M));
+  }
+  // experts 2: T = 5, 4: T = 3, 0: T = 2
+  std::vector<std::array<int, 2>> pick = {{2, 4}, {4, 2}, {2, 4}, {0, 2}, {2, 0}};
+  Tensor x = test::random_tensor(c.spec.act_dtype, {5, c.H}, 70);
+  Tensor tw, ids;
+  fixed_routing(5, pick, 71, tw, ids);
+  expect_cpu_matches(w, config(5, 2, c.act), nullptr, x, tw, ids, c.name + " T=5,3,2");
+}
+
+INSTANTIATE_TEST_SUITE_P(AllSchemes, CpuFewTokens, ::testing::ValuesIn(all_cases()),
                          [](const auto& info) { return info.param.name; });
 
 // ---- routing edge cases --------------------------------------------------------------------------

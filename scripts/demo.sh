@@ -62,6 +62,12 @@ set +e
 $Q verify "$OUT/deepseek_v3-deepseek-fp8" --tp 2 2>&1 | head -1
 set -e
 
+# TP and EP at load: an actorder (g_idx) checkpoint split over 2 TP ranks (w2 keeps all its groups,
+# as vLLM's load_full_w2), and EP rank 1 of 2 (only its experts are decoded).
+run gen --arch qwen3_moe --format ct-w4a16-actorder --intermediate 256 --out "$OUT/qwen3_moe-actorder" --seed 7
+run verify "$OUT/qwen3_moe-actorder" --reference "$OUT/qwen3_moe-actorder/bf16" --backend cpu --tokens 8 --tp 2 --tp-rank 1
+run inspect "$OUT/qwen3_moe-actorder" --ep 2 --ep-rank 1 | head -6
+
 has_cmd() { $Q --help | grep -qE "^  $1 "; }
 run run "$OUT/qwen3_moe-gptq" --tokens 4 --backend cpu
 run run "$OUT/llama4-modelopt-nvfp4" --tokens 4 --backend reference

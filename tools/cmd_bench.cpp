@@ -128,6 +128,7 @@ struct Opts {
   std::string ms, schemes, json, plot;
   int iters = 5, warmup = 1;
   double max_mem_gb = 0;
+  bool warm = false;
 };
 
 int run_bench(const Opts& o) {
@@ -236,7 +237,7 @@ int run_bench(const Opts& o) {
           for (int wu = 0; wu < o.warmup; ++wu) layer->forward_routed(x, tws[i], idss[i]);
           std::vector<double> t;
           for (int it = 0; it < o.iters; ++it) {
-            cpu::flush_caches();
+            if (!o.warm) cpu::flush_caches();
             const double t0 = now_us();
             Tensor y = layer->forward_routed(x, tws[i], idss[i]);
             t.push_back(now_us() - t0);
@@ -329,6 +330,7 @@ Registrar reg("bench", "time whole MoE layers on anchor shapes: us, TB/s, TFLOP/
   sub.add_option("--plot", o->plot, "write a PNG of % of floor per row");
   sub.add_option("--iters", o->iters, "timed calls per row (median reported)")->capture_default_str();
   sub.add_option("--warmup", o->warmup, "untimed calls per row")->capture_default_str();
+  sub.add_flag("--warm", o->warm, "CPU: do not flush the caches before timed calls (kernel compute rate when the weights fit in cache)");
   sub.add_option("--max-mem-gb", o->max_mem_gb, "CPU: skip rows whose weights need more (default 60% of MemAvailable)");
   return [o] { return run_bench(*o); };
 });

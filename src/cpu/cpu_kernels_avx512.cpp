@@ -12,6 +12,10 @@
 // 2 x 12 zmm accumulators (one broadcast activation pair/quad feeds two dot instructions).
 #include <immintrin.h>
 
+// GCC 12 reports the _mm*_undefined pass-through operands inside the conversion intrinsics
+// (vpmovzx*, masked moves) as maybe-uninitialized at -O3: a known false positive.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -446,9 +450,23 @@ void fused_pair(const GemmJob& j) {
   const int seg = w.group > 0 ? w.group / 2 : nkp;  // kpairs per scale group (a multiple of 4)
   const int p0 = 2 * j.pair;
   const uint8_t* pc[2] = {w.panel(j.e, p0), w.panel(j.e, p0 + 1)};
-  const size_t sb = scale_kind_bytes(w.gscale_kind);
-  const uint8_t* gs[2] = {nullptr, nullptr};
-  if (w.group > 0) gs[0] = w.gscale_panel(j.e, p0), gs[1] = w.gscale_panel(j.e, p0 + 1);
+  // the pair's group scales as fp32 [group][32] in scratch, converted up front (keeps the scale
+  // dtype switch out of the stream loop); at most k_pad / 8 groups x 32 <= gemm_scratch_floats
+  const float* sc = j.scratch;
+  if (w.group > 0) {
+    const size_t sb = scale_kind_bytes(w.gscale_kind);
+    for (int h = 0; h < 2; ++h) {
+      const uint8_t* src = w.gscale_panel(j.e, p0 + h);
+      float* dst = j.scratch + h * 16;
+      const int ng = (nkp + seg - 1) / seg;
+      switch (w.gscale_kind) {  // one loop per dtype: load_scales16 inlines to a few instructions
+        case ScaleKind::kBF16: for (int g = 0; g < ng; ++g) _mm512_store_ps(dst + g * 32, load_scales16(ScaleKind::kBF16, src + g * 16 * sb)); break;
+        case ScaleKind::kE8M0: for (int g = 0; g < ng; ++g) _mm512_store_ps(dst + g * 32, load_scales16(ScaleKind::kE8M0, src + g * 16 * sb)); break;
+        case ScaleKind::kE4M3: for (int g = 0; g < ng; ++g) _mm512_store_ps(dst + g * 32, load_scales16(ScaleKind::kE4M3, src + g * 16 * sb)); break;
+        default: for (int g = 0; g < ng; ++g) _mm512_store_ps(dst + g * 32, load_scales16(w.gscale_kind, src + g * 16 * sb)); break;
+      }
+    }
+  }
   const int32_t* ar[T];  // activation rows as (a[2kp], a[2kp + 1]) pairs
   for (int t = 0; t < T; ++t) ar[t] = reinterpret_cast<const int32_t*>(a.row<uint16_t>(j.row0 + t));
 
@@ -503,17 +521,12 @@ void fused_pair(const GemmJob& j) {
         }
     }
     for (int h = 0; h < 2; ++h) {
-      __m512 sc = _mm512_set1_ps(1.f);
-      if (w.group > 0) {
-        const uint8_t* sp = gs[h] + size_t(g) * kPanelRows * sb;
-        _mm_prefetch(reinterpret_cast<const char*>(sp + 512), _MM_HINT_T0);
-        sc = load_scales16(w.gscale_kind, sp);
-      }
+      const __m512 scv = w.group > 0 ? _mm512_load_ps(sc + g * 32 + h * 16) : _mm512_set1_ps(1.f);
       for (int t = 0; t < T; ++t) {
         __m512 sum = p[h][t][0];
         if constexpr (kNp == 4) sum = _mm512_add_ps(_mm512_add_ps(p[h][t][0], p[h][t][1]), _mm512_add_ps(p[h][t][2], p[h][t][3]));
         if constexpr (kNp == 2) sum = _mm512_add_ps(p[h][t][0], p[h][t][1]);
-        c[h][t] = w.group > 0 ? _mm512_fmadd_ps(sum, sc, c[h][t]) : _mm512_add_ps(c[h][t], sum);
+        c[h][t] = w.group > 0 ? _mm512_fmadd_ps(sum, scv, c[h][t]) : _mm512_add_ps(c[h][t], sum);
       }
     }
   }

@@ -45,12 +45,15 @@ struct Scratch {
 };
 
 // Runs f(0..n-1) on all threads. When every expert has few tokens the jobs are weight streams of
-// equal cost: a static split gives each thread one contiguous run of panels (one sequential
-// stream, no scheduling traffic); otherwise jobs are handed out one at a time.
+// equal cost: they are handed out in runs of n / (8 x threads) consecutive jobs, so each thread
+// reads long sequential stretches of panels, while a thread that the OS preempts (a shared
+// machine) does not hold the others at the barrier for its whole static share; otherwise jobs
+// are handed out one at a time.
 template <class F>
 void parallel_jobs(size_t n, bool streams, F&& f) {
   if (streams) {
-#pragma omp parallel for schedule(static)
+    const int chunk = std::max(1, int(n / (8 * size_t(omp_get_max_threads()))));
+#pragma omp parallel for schedule(dynamic, chunk)
     for (size_t i = 0; i < n; ++i) f(i);
   } else {
 #pragma omp parallel for schedule(dynamic, 1)

@@ -18,6 +18,7 @@ build: deps
 
 test: build
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+	@nvidia-smi -L >/dev/null 2>&1 || echo "note: no CUDA device on this machine: the GPU tests listed as 'Skipped' above did not run (scripts/gpu_tests.sh runs them on a GPU machine); the CUDA code was compiled"
 	@bash scripts/python_tests.sh $(BUILD)
 
 demo: build

@@ -61,6 +61,16 @@ void parallel_jobs(size_t n, bool streams, F&& f) {
   }
 }
 
+// Row stride (elements) of an activation buffer with at least n columns: an odd number of 64-byte
+// lines, so that the 12 rows a microkernel reads at once fall in different L1 sets (a stride that
+// is a multiple of 4 KiB, e.g. 2048 bf16, maps them all to one set of the 8-way L1).
+int act_ld(int n, ActFmt f) {
+  const int es = f == ActFmt::kF32 ? 4 : f == ActFmt::kBF16 ? 2 : 1;
+  int lines = (n * es + 63) / 64;
+  if (lines % 2 == 0) ++lines;
+  return lines * 64 / es;
+}
+
 // One set of experts (the routed ones, or the shared expert as E = 1) prepared for the kernels.
 struct ExpertSet {
   PackedProj w13, w2;
@@ -187,7 +197,8 @@ class CpuLayer final : public MoeLayer {
 void CpuLayer::run_experts(ExpertSet& s, const float* xf, const Routed& r, std::vector<float>& o) {
   const int H = s.H, I = s.I, npos = r.npos;
   const PackedProj &w13 = s.w13, &w2 = s.w2;
-  const int ld1 = w13.k_pad, ld2 = w13.shard_pad;  // A2 columns = padded I (>= w2.k_pad)
+  // A2 columns >= padded I (>= w2.k_pad); both strides are odd multiples of 64 bytes (act_ld)
+  const int ld1 = act_ld(w13.k_pad, s.fmt), ld2 = act_ld(w13.shard_pad, s.fmt);
   s.setup_act(a1_, w13, npos, ld1);
   s.setup_act(a2_, w2, npos, ld2);
   h_.assign(size_t(npos) * ld2, 0.f);

@@ -45,6 +45,7 @@ struct Row {
   std::string shape, scheme, backend, note;
   int m = 0;
   double us = 0, us_min = 0, tbps = 0, tflops = 0, floor_us = 0, pct_floor = 0;
+  double read_gbps = 0;  // streaming read measured for this row (CPU: just before its timed calls)
   double peer_us = -1, ratio = -1;  // peer / qmoe (> 1: qmoe faster)
   std::string peer;
 };
@@ -244,6 +245,9 @@ int run_bench(const Opts& o) {
           for (int64_t j = 0; j < x.numel(); ++j)
             x.data_mut<uint16_t>()[j] = uint16_t((rng() & 0x807f) | 0x3f00);  // |x| in [0.5, 1)
           for (int wu = 0; wu < o.warmup; ++wu) layer->forward_routed(x, tws[i], idss[i]);
+          // The VM's memory bandwidth drifts by tens of percent within minutes (other tenants):
+          // each row's floor uses a read probe taken right before its timed calls.
+          r.read_gbps = o.warm ? read_gbps : cpu::measure_read_gbps(size_t(256) << 20, 5);
           std::vector<double> t;
           for (int it = 0; it < o.iters; ++it) {
             if (!o.warm) cpu::flush_caches();
@@ -269,29 +273,31 @@ int run_bench(const Opts& o) {
         }
         const double bytes = wbytes + io;
         const double peak = sc.int8_acts ? int8_gops : (!cpu && sc.fp8 && fp8_gflops > 0) ? fp8_gflops : bf16_gflops;
-        r.floor_us = std::max(bytes / (read_gbps * 1e3), flops / (peak * 1e3));
+        if (r.read_gbps <= 0) r.read_gbps = read_gbps;
+        r.floor_us = std::max(bytes / (r.read_gbps * 1e3), flops / (peak * 1e3));
         r.pct_floor = 100 * r.floor_us / r.us;
         r.tbps = bytes / r.us * 1e-6;
         r.tflops = flops / r.us * 1e-6;
         r.peer_us = cpu ? ggml_layer_us(sh.name, sc.name, m, &r.peer) : vllm_us(sh.name, sc.name, m, &r.peer);
         if (r.peer_us > 0) r.ratio = r.peer_us / r.us;
         rows.push_back(r);
-        std::fprintf(stderr, "bench: %s m=%d %s: %.1f us (%.0f%% of floor), min %.1f us (%.0f%%)\n", sh.name.c_str(), m,
-                     sc.name.c_str(), r.us, r.pct_floor, r.us_min, 100 * r.floor_us / r.us_min);
+        std::fprintf(stderr, "bench: %s m=%d %s: %.1f us (%.0f%% of floor), min %.1f us (%.0f%%), read %.1f GB/s\n",
+                     sh.name.c_str(), m, sc.name.c_str(), r.us, r.pct_floor, r.us_min, 100 * r.floor_us / r.us_min,
+                     r.read_gbps);
       }
     }
   }
 
   // ---- report -------------------------------------------------------------------------------------
-  std::printf("| shape | m | scheme | backend | us | TB/s | TFLOP/s | floor_us | %% of floor | peer | peer us | peer/qmoe |\n");
-  std::printf("|---|---:|---|---|---:|---:|---:|---:|---:|---|---:|---:|\n");
+  std::printf("| shape | m | scheme | backend | us | TB/s | TFLOP/s | read GB/s | floor_us | %% of floor | peer | peer us | peer/qmoe |\n");
+  std::printf("|---|---:|---|---|---:|---:|---:|---:|---:|---:|---|---:|---:|\n");
   std::map<std::string, std::vector<double>> geo;  // scheme -> log ratios (CPU M in 8..512)
   for (const Row& r : rows) {
     char peer_us[32] = "-", ratio[32] = "-";
     if (r.peer_us > 0) std::snprintf(peer_us, sizeof peer_us, "%.0f", r.peer_us);
     if (r.ratio > 0) std::snprintf(ratio, sizeof ratio, "%.2fx", r.ratio);
-    std::printf("| %s | %d | %s | %s | %.1f | %.4f | %.4f | %.1f | %.0f%% | %s | %s | %s |\n", r.shape.c_str(), r.m,
-                r.scheme.c_str(), r.backend.c_str(), r.us, r.tbps, r.tflops, r.floor_us, r.pct_floor,
+    std::printf("| %s | %d | %s | %s | %.1f | %.4f | %.4f | %.1f | %.1f | %.0f%% | %s | %s | %s |\n", r.shape.c_str(), r.m,
+                r.scheme.c_str(), r.backend.c_str(), r.us, r.tbps, r.tflops, r.read_gbps, r.floor_us, r.pct_floor,
                 r.peer.empty() ? "-" : r.peer.c_str(), peer_us, ratio);
     if (r.ratio > 0 && r.m >= 8) geo[r.scheme].push_back(std::log(r.ratio));
   }
@@ -307,7 +313,7 @@ int run_bench(const Opts& o) {
       j.push_back({{"shape", r.shape}, {"m", r.m}, {"scheme", r.scheme}, {"backend", r.backend}, {"us", r.us},
                    {"us_min", r.us_min}, {"tbps", r.tbps}, {"tflops", r.tflops}, {"floor_us", r.floor_us},
                    {"pct_floor", r.pct_floor}, {"peer", r.peer}, {"peer_us", r.peer_us}, {"ratio_peer", r.ratio},
-                   {"kernel", r.note}, {"device", device}, {"read_gbps", read_gbps}, {"bf16_gflops", bf16_gflops},
+                   {"kernel", r.note}, {"device", device}, {"read_gbps", r.read_gbps}, {"read_gbps_start", read_gbps}, {"bf16_gflops", bf16_gflops},
                    {"int8_gops", int8_gops}});
     std::ofstream f(o.json);
     if (!f) bad_input("bench: cannot write ", o.json);

@@ -29,6 +29,7 @@ namespace {
 
 constexpr int kChunk = 256;  // K per decoded tile (16 KB of bf16 for two panels)
 constexpr int kTB = 12;      // tokens per microkernel call
+constexpr int kTBGroups = 6; // ... when a chunk holds several scale groups (sums stay in registers)
 constexpr int kPrefetch = 1024;  // bytes ahead in a weight stream (software prefetch, L1)
 
 inline __m512bh as_bh(__m512i v) { return (__m512bh)v; }
@@ -205,10 +206,15 @@ inline __m512 load_scales16(ScaleKind k, const uint8_t* p) {
   }
 }
 
-// C[t][0..31] += (sum over nkp kpairs of a[t] . w) * scale, per segment of seg_kp kpairs.
+// C[t][0..31] += (sum over nkp kpairs of a[t] . w) * scale, per segment of seg_kp kpairs. The
+// running sums c stay in registers for the whole chunk (loaded and stored once): with TB <= 6
+// that is 2 x 6 sums + 2 x 6 segment accumulators, so short scale groups (16 / 32 k) cost one
+// FMA per accumulator each, no memory traffic; larger TB spill c (used when groups are long).
 template <int TB, bool kStream>
 void ukr_bf16(const uint16_t* w0, const uint16_t* w1, int nkp, int seg_kp, const uint16_t* a, size_t lda, float* C,
               const float* sc, const float* tg, size_t tg_ld) {
+  __m512 c0[TB], c1[TB];
+  for (int t = 0; t < TB; ++t) c0[t] = _mm512_load_ps(C + t * 32), c1[t] = _mm512_load_ps(C + t * 32 + 16);
   for (int s0 = 0, seg = 0; s0 < nkp; s0 += seg_kp, ++seg) {
     const int s1 = std::min(nkp, s0 + seg_kp);
     __m512 acc0[TB], acc1[TB];
@@ -227,18 +233,19 @@ void ukr_bf16(const uint16_t* w0, const uint16_t* w1, int nkp, int seg_kp, const
         acc1[t] = _mm512_dpbf16_ps(acc1[t], as_bh(A), as_bh(W1));
       }
     }
-    const __m512 c0 = _mm512_load_ps(sc + seg * 32), c1 = _mm512_load_ps(sc + seg * 32 + 16);
+    const __m512 m0 = _mm512_load_ps(sc + seg * 32), m1 = _mm512_load_ps(sc + seg * 32 + 16);
     for (int t = 0; t < TB; ++t) {
-      __m512 m0 = c0, m1 = c1;
       if (tg) {
         const __m512 g = _mm512_set1_ps(tg[t * tg_ld + seg]);
-        m0 = _mm512_mul_ps(m0, g), m1 = _mm512_mul_ps(m1, g);
+        c0[t] = _mm512_fmadd_ps(acc0[t], _mm512_mul_ps(m0, g), c0[t]);
+        c1[t] = _mm512_fmadd_ps(acc1[t], _mm512_mul_ps(m1, g), c1[t]);
+      } else {
+        c0[t] = _mm512_fmadd_ps(acc0[t], m0, c0[t]);
+        c1[t] = _mm512_fmadd_ps(acc1[t], m1, c1[t]);
       }
-      float* c = C + t * 32;
-      _mm512_store_ps(c, _mm512_fmadd_ps(acc0[t], m0, _mm512_load_ps(c)));
-      _mm512_store_ps(c + 16, _mm512_fmadd_ps(acc1[t], m1, _mm512_load_ps(c + 16)));
     }
   }
+  for (int t = 0; t < TB; ++t) _mm512_store_ps(C + t * 32, c0[t]), _mm512_store_ps(C + t * 32 + 16, c1[t]);
 }
 
 // Same for int8: acc = sum qa * u over a segment; flush (acc - z * sum qa) * scale.
@@ -271,23 +278,25 @@ void ukr_s8(const uint8_t* w0, const uint8_t* w1, int nkq, int seg_kq, const int
   }
 }
 
-template <class F>
+// Calls f(t0, integral_constant<TB>) over the token blocks of T: full blocks of kMax, then the
+// rest specialised so accumulators stay in registers.
+template <int kMax, class F>
 inline void for_token_blocks(int T, F&& f) {
   int t0 = 0;
-  for (; t0 + kTB <= T; t0 += kTB) f(t0, std::integral_constant<int, kTB>{});
+  for (; t0 + kMax <= T; t0 += kMax) f(t0, std::integral_constant<int, kMax>{});
   const int rest = T - t0;
-  switch (rest) {  // the partial last block, specialised so accumulators stay in registers
+  switch (rest) {
     case 1: f(t0, std::integral_constant<int, 1>{}); break;
     case 2: f(t0, std::integral_constant<int, 2>{}); break;
     case 3: f(t0, std::integral_constant<int, 3>{}); break;
     case 4: f(t0, std::integral_constant<int, 4>{}); break;
     case 5: f(t0, std::integral_constant<int, 5>{}); break;
-    case 6: f(t0, std::integral_constant<int, 6>{}); break;
-    case 7: f(t0, std::integral_constant<int, 7>{}); break;
-    case 8: f(t0, std::integral_constant<int, 8>{}); break;
-    case 9: f(t0, std::integral_constant<int, 9>{}); break;
-    case 10: f(t0, std::integral_constant<int, 10>{}); break;
-    case 11: f(t0, std::integral_constant<int, 11>{}); break;
+    case 6: if constexpr (kMax > 6) f(t0, std::integral_constant<int, 6>{}); break;
+    case 7: if constexpr (kMax > 7) f(t0, std::integral_constant<int, 7>{}); break;
+    case 8: if constexpr (kMax > 8) f(t0, std::integral_constant<int, 8>{}); break;
+    case 9: if constexpr (kMax > 9) f(t0, std::integral_constant<int, 9>{}); break;
+    case 10: if constexpr (kMax > 10) f(t0, std::integral_constant<int, 10>{}); break;
+    case 11: if constexpr (kMax > 11) f(t0, std::integral_constant<int, 11>{}); break;
     default: break;
   }
 }
@@ -364,12 +373,15 @@ bool run_bf16(const GemmJob& j) {
         _mm512_store_ps(sc + s * 32 + h * 16, v);
       }
     const uint16_t* abase = a.row<uint16_t>(j.row0) + k0;
-    for_token_blocks(T, [&](int t0, auto tb) {
+    auto block = [&](int t0, auto tb) {
       const float* tgp = tg ? a.group_scale.data() + size_t(j.row0 + t0) * a.num_groups + g0 : nullptr;
       auto ukr = w.code == CodeKind::kBF16 ? ukr_bf16<decltype(tb)::value, true> : ukr_bf16<decltype(tb)::value, false>;
       ukr(wp[0], wp[1], nkp, pl.seg / 2, abase + size_t(t0) * a.ld, size_t(a.ld),
                                     C + size_t(t0) * kJobRows, sc, tgp, size_t(a.num_groups));
-    });
+    };
+    // several scale groups per chunk: 6-token blocks keep the running sums in registers
+    if (pl.seg < kc) for_token_blocks<kTBGroups>(T, block);
+    else for_token_blocks<kTB>(T, block);
   }
   epilogue(j, C);
   return true;
@@ -417,7 +429,7 @@ bool run_s8(const GemmJob& j) {
         _mm512_store_ps(sc + s * 32 + h * 16, v);
       }
     const int8_t* abase = a.row<int8_t>(j.row0) + k0;
-    for_token_blocks(T, [&](int t0, auto tb) {
+    for_token_blocks<kTB>(T, [&](int t0, auto tb) {
       const int32_t* gs = a.group_sum.data() + size_t(j.row0 + t0) * a.num_groups + g0;
       ukr_s8<decltype(tb)::value>(wp[0], wp[1], nkq, pl.seg / 4, abase + size_t(t0) * a.ld, size_t(a.ld),
                                   C + size_t(t0) * kJobRows, sc, gs, size_t(a.num_groups), w.zsym);
@@ -592,6 +604,45 @@ void gemm(const GemmJob& j) {
   if (run_fused(j) || run_bf16(j) || run_s8(j)) return;
   generic::gemm(j);
 }
-void quant_row(const float* x, int n, const QuantRowArgs& q, ActBuf& a, int i) { generic::quant_row(x, n, q, a, i); }
+namespace {
+// NVFP4 activation quantization of one row (docs/numerics.md), 16 elements per vector: the block
+// scale is computed in scalar code exactly as generic::quant_row does; x * r, the clamp and the
+// e2m1 round-to-nearest-even (the same comparison ladder as codec::e2m1_round) run on 16 lanes,
+// and e2m1 * s (exact in bf16) is stored as its top 16 bits.
+void quant_row_nvfp4(const float* x, int n, const QuantRowArgs& q, ActBuf& a, int i) {
+  const float G = q.static_scale, inv_g = 1.f / G;
+  uint16_t* d = a.row<uint16_t>(i);
+  const __m512 lim = _mm512_set1_ps(6.f), nlim = _mm512_set1_ps(-6.f);
+  const __m512i sign = _mm512_set1_epi32(int(0x80000000u));
+  for (int k0 = 0; k0 < n; k0 += 16) {
+    const int len = std::min(16, n - k0);
+    const __mmask16 m = __mmask16((1u << len) - 1);
+    const __m512 v = _mm512_maskz_loadu_ps(m, x + k0);
+    const float vmax = _mm512_reduce_max_ps(_mm512_abs_ps(v));  // masked-off lanes are 0
+    const float sc = generic::e4m3_round_sat(G * (vmax * (1 / 6.f)));
+    const float r = sc == 0.f ? 0.f : 1.f / (sc * inv_g);
+    const __m512 c = _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(v, _mm512_set1_ps(r)), nlim), lim);
+    const __m512 ab = _mm512_abs_ps(c);
+    __m512 e = _mm512_setzero_ps();  // ties go to the even code, as codec::e2m1_round
+    e = _mm512_mask_mov_ps(e, _mm512_cmp_ps_mask(ab, _mm512_set1_ps(0.25f), _CMP_GT_OQ), _mm512_set1_ps(0.5f));
+    e = _mm512_mask_mov_ps(e, _mm512_cmp_ps_mask(ab, _mm512_set1_ps(0.75f), _CMP_GE_OQ), _mm512_set1_ps(1.f));
+    e = _mm512_mask_mov_ps(e, _mm512_cmp_ps_mask(ab, _mm512_set1_ps(1.25f), _CMP_GT_OQ), _mm512_set1_ps(1.5f));
+    e = _mm512_mask_mov_ps(e, _mm512_cmp_ps_mask(ab, _mm512_set1_ps(1.75f), _CMP_GE_OQ), _mm512_set1_ps(2.f));
+    e = _mm512_mask_mov_ps(e, _mm512_cmp_ps_mask(ab, _mm512_set1_ps(2.5f), _CMP_GT_OQ), _mm512_set1_ps(3.f));
+    e = _mm512_mask_mov_ps(e, _mm512_cmp_ps_mask(ab, _mm512_set1_ps(3.5f), _CMP_GE_OQ), _mm512_set1_ps(4.f));
+    e = _mm512_mask_mov_ps(e, _mm512_cmp_ps_mask(ab, _mm512_set1_ps(5.f), _CMP_GT_OQ), _mm512_set1_ps(6.f));
+    // sign of c (std::signbit), then * s: <= 5 significant bits, exact in bf16
+    e = _mm512_castsi512_ps(_mm512_or_si512(_mm512_castps_si512(e), _mm512_and_si512(_mm512_castps_si512(c), sign)));
+    const __m512i bits = _mm512_srli_epi32(_mm512_castps_si512(_mm512_mul_ps(e, _mm512_set1_ps(sc))), 16);
+    _mm256_mask_storeu_epi16(d + k0, m, _mm512_cvtepi32_epi16(bits));
+  }
+  for (int k = n; k < a.ld; ++k) d[k] = 0;
+}
+}  // namespace
+
+void quant_row(const float* x, int n, const QuantRowArgs& q, ActBuf& a, int i) {
+  if (q.q == RowQuant::kNVFP4) return quant_row_nvfp4(x, n, q, a, i);
+  generic::quant_row(x, n, q, a, i);
+}
 
 }  // namespace qmoe::cpu::avx512

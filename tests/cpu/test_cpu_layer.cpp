@@ -11,12 +11,15 @@
 #include <gtest/gtest.h>
 
 #include <array>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "common/tensor_check.h"
+#include "core/codecs.h"
 #include "cpu/cpu_isa.h"
+#include "cpu/cpu_kernels.h"
 #include "cpu/ref/quantize.h"
 #include "ref/oracle.h"
 
@@ -248,6 +251,54 @@ TEST_P(CpuFewTokens, OneToFourTokensPerExpert) {
 
 INSTANTIATE_TEST_SUITE_P(AllSchemes, CpuFewTokens, ::testing::ValuesIn(all_cases()),
                          [](const auto& info) { return info.param.name; });
+
+// ---- activation quantizers: every ISA build bit-identical to the portable one --------------------
+// The AVX-512 NVFP4 quantizer is hand-vectorized; the layer tests alone would let a wrong rounding
+// through where the oracle bound allows the quantization to resolve differently. Rows hold random
+// values and, for NVFP4, a block whose maximum is exactly 6 with G = 1 (scale 1, r = 1) on a grid of
+// 1/8, so x * r lands on every e2m1 rounding threshold (ties to even).
+TEST(CpuQuantRow, IsaBuildsAreBitIdentical) {
+  using cpu::RowQuant;
+  std::mt19937 rng(5);
+  for (RowQuant rq : {RowQuant::kNVFP4, RowQuant::kInt8Token, RowQuant::kFp8Token, RowQuant::kBF16}) {
+    for (int n : {16, 37, 100, 130}) {
+      std::vector<float> x(static_cast<size_t>(n));
+      for (int k = 0; k < n; ++k) x[size_t(k)] = std::uniform_real_distribution<float>(-3, 3)(rng);
+      if (rq == RowQuant::kNVFP4)
+        for (int k = 0; k < std::min(n, 16); ++k) x[size_t(k)] = (k == 0 ? 6.f : float(k % 13) * 0.125f * (k % 2 ? -1.f : 1.f));
+      for (int k = 0; k < n; ++k) x[size_t(k)] = codec::round_bf16(x[size_t(k)]);  // inputs are act-dtype values
+      std::vector<std::vector<uint8_t>> rows;
+      std::vector<float> scales;
+      for (cpu::Isa isa : isas()) {
+        cpu::ActBuf a;
+        const int ld = n + 29;
+        a.alloc(rq == RowQuant::kInt8Token ? cpu::ActFmt::kS8 : cpu::ActFmt::kBF16, 1, ld);
+        std::memset(a.data.data(), 0x5a, a.data.n);  // padding must be written as zeros
+        a.row_scale.assign(1, 0.f);
+        if (rq == RowQuant::kInt8Token) {
+          a.group = 32;
+          a.num_groups = (ld + 31) / 32;
+          a.group_sum.assign(size_t(a.num_groups), 0);
+        }
+        std::vector<float> tmp(static_cast<size_t>(n) + 16);
+        cpu::QuantRowArgs q;
+        q.q = rq;
+        q.static_scale = rq == RowQuant::kNVFP4 ? (n == 16 ? 1.f : 0.37f) : 1.f;
+        q.scratch = tmp.data();
+        cpu::kernels_for(isa).quant_row(x.data(), n, q, a, 0);
+        rows.emplace_back(a.data.data(), a.data.data() + a.data.n);
+        scales.push_back(a.row_scale[0]);
+        for (int32_t g : a.group_sum) scales.push_back(float(g));
+      }
+      for (size_t r = 1; r < rows.size(); ++r) {
+        EXPECT_EQ(rows[r], rows[0]) << "quant kind " << int(rq) << " n=" << n << " ISA #" << r;
+      }
+      const size_t per = scales.size() / rows.size();
+      for (size_t r = 1; r < rows.size(); ++r)
+        for (size_t i = 0; i < per; ++i) EXPECT_EQ(scales[r * per + i], scales[i]) << "quant kind " << int(rq) << " n=" << n;
+    }
+  }
+}
 
 // ---- routing edge cases --------------------------------------------------------------------------
 

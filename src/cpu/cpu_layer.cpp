@@ -144,6 +144,8 @@ struct ExpertSet {
   }
 };
 
+struct Job { int e, j; };  // (local expert, 32-row pair)
+
 struct Routed {
   std::vector<int> off;       // [E + 1] position ranges per local expert
   std::vector<int> tok;       // [npos] token of each position
@@ -188,9 +190,13 @@ class CpuLayer final : public MoeLayer {
   ExpertSet experts_;
   std::unique_ptr<ExpertSet> shared_;
   int num_global_ = 0;
-  // workspace, reused across calls
+  // workspace, reused across calls (vectors keep their capacity: no allocation once warm)
   ActBuf a1_, a2_;
   std::vector<float> h_, o_, osh_, xf_;
+  std::vector<int32_t> local_;
+  std::vector<int> pos_of_, fill_, epos_;
+  std::vector<Job> jobs_;
+  Routed routed_, routed_shared_;
   Scratch scratch_;
 };
 
@@ -205,7 +211,8 @@ void CpuLayer::run_experts(ExpertSet& s, const float* xf, const Routed& r, std::
   o.resize(size_t(npos) * w2.rows_pad);
   scratch_.ensure_threads();
   const int E = s.E;
-  std::vector<int> epos(static_cast<size_t>(npos));
+  std::vector<int>& epos = epos_;
+  epos.resize(size_t(npos));
   for (int e = 0; e < E; ++e)
     for (int p = r.off[e]; p < r.off[e + 1]; ++p) epos[size_t(p)] = e;
 
@@ -227,8 +234,8 @@ void CpuLayer::run_experts(ExpertSet& s, const float* xf, const Routed& r, std::
   }
 
   // 2. GEMM1 + activation: job = (expert, pair j of gate rows) with the matching up rows.
-  struct Job { int e, j; };
-  std::vector<Job> jobs;
+  std::vector<Job>& jobs = jobs_;
+  jobs.clear();
   const int pairs13 = w13.shard_pad / kJobRows;
   for (int e = 0; e < E; ++e)
     if (r.off[e + 1] > r.off[e])
@@ -304,8 +311,9 @@ Tensor CpuLayer::forward_routed(const Tensor& x, const Tensor& topk_weights, con
   const float* tw = topk_weights.data<float>();
 
   // Group slots by local expert (stable: increasing flat index within an expert).
-  std::vector<int32_t> local(size_t(M) * K);
-  Routed r;
+  std::vector<int32_t>& local = local_;
+  local.resize(size_t(M) * K);
+  Routed& r = routed_;
   r.off.assign(size_t(s.E) + 1, 0);
   for (int64_t i = 0; i < int64_t(M) * K; ++i) {
     const int32_t g = ids[i];
@@ -319,10 +327,12 @@ Tensor CpuLayer::forward_routed(const Tensor& x, const Tensor& topk_weights, con
   for (int e = 0; e < s.E; ++e) r.off[size_t(e) + 1] += r.off[size_t(e)];
   r.npos = r.off[size_t(s.E)];
   r.tok.resize(size_t(r.npos));
-  if (on_input) r.in_w.resize(size_t(r.npos));
-  std::vector<int> pos_of(size_t(M) * K, -1);
+  r.in_w.resize(on_input ? size_t(r.npos) : 0);
+  std::vector<int>& pos_of = pos_of_;
+  pos_of.assign(size_t(M) * K, -1);
   {
-    std::vector<int> fill(r.off.begin(), r.off.end() - 1);
+    std::vector<int>& fill = fill_;
+    fill.assign(r.off.begin(), r.off.end() - 1);
     for (int64_t i = 0; i < int64_t(M) * K; ++i) {
       const int l = local[size_t(i)];
       if (l < 0) continue;
@@ -344,7 +354,7 @@ Tensor CpuLayer::forward_routed(const Tensor& x, const Tensor& topk_weights, con
   if (r.npos > 0) run_experts(experts_, xf_.data(), r, o_);
   const int ldo = experts_.w2.rows_pad;
   if (shared_) {
-    Routed rs;
+    Routed& rs = routed_shared_;
     rs.off = {0, M};
     rs.tok.resize(size_t(M));
     std::iota(rs.tok.begin(), rs.tok.end(), 0);
@@ -356,34 +366,37 @@ Tensor CpuLayer::forward_routed(const Tensor& x, const Tensor& topk_weights, con
   Tensor out(s.act_dtype, {M, H});
   uint16_t* o16 = s.act_dtype == DType::kF32 ? nullptr : out.data_mut<uint16_t>();
   float* o32 = s.act_dtype == DType::kF32 ? out.data_mut<float>() : nullptr;
+  scratch_.ensure_threads();
 #pragma omp parallel if (int64_t(M) * H * K > 65536)
   {
-    std::vector<float> y(static_cast<size_t>(H));
-    std::vector<std::pair<int, int>> slots(static_cast<size_t>(K));
+    // per-thread y [H] and the token's (local expert, slot) pairs from the reused scratch
+    float* yb = scratch_.get(size_t(H) + size_t(K) * 2 + 16);
+    float* y = yb;
+    auto* slots = reinterpret_cast<std::pair<int, int>*>(yb + H);
 #pragma omp for schedule(static)
     for (int t = 0; t < M; ++t) {
-      std::fill(y.begin(), y.end(), 0.f);
+      std::fill(y, y + H, 0.f);
       // the reference adds experts in increasing local id
       int ns = 0;
       for (int j = 0; j < K; ++j) {
         const size_t i = size_t(t) * K + j;
         if (pos_of[i] >= 0) slots[size_t(ns++)] = {local[i], j};
       }
-      std::sort(slots.begin(), slots.begin() + ns);
+      std::sort(slots, slots + ns);
       for (int q = 0; q < ns; ++q) {
         const size_t i = size_t(t) * K + size_t(slots[size_t(q)].second);
         const float wt = on_input ? 1.f : tw[i];
         const float* orow = o_.data() + size_t(pos_of[i]) * ldo;
-        for (int c = 0; c < H; ++c) y[size_t(c)] += wt * orow[c];
+        for (int c = 0; c < H; ++c) y[c] += wt * orow[c];
       }
       if (shared_) {
         const float* srow = osh_.data() + size_t(t) * ldsh;
-        for (int c = 0; c < H; ++c) y[size_t(c)] += srow[c];
+        for (int c = 0; c < H; ++c) y[c] += srow[c];
       }
       for (int c = 0; c < H; ++c) {
         const size_t oi = size_t(t) * H + c;
-        if (o32) o32[oi] = y[size_t(c)];
-        else o16[oi] = s.act_dtype == DType::kBF16 ? codec::f32_to_bf16(y[size_t(c)]) : codec::f32_to_f16(y[size_t(c)]);
+        if (o32) o32[oi] = y[c];
+        else o16[oi] = s.act_dtype == DType::kBF16 ? codec::f32_to_bf16(y[c]) : codec::f32_to_f16(y[c]);
       }
     }
   }

@@ -442,20 +442,50 @@ bool run_s8(const GemmJob& j) {
 // ---- fused decode-and-dot for few tokens per expert ------------------------------------------
 // With T <= kFusedMaxT activation rows the job is a stream over the pair's weights: every 64-byte
 // load is decoded in registers (dec4 / dec8_int / dec_fp8, or used as is for bf16) and feeds
-// T x 2 panels of vdpbf16ps straight away; nothing is stored. Per scale group the products of
-// each (panel, token) collect in kNp independent partial accumulators (enough chains to hide the
-// vdpbf16ps latency at T = 1), summed at the group's end and multiplied by the group's 16 scales
-// into the running sums: the same per-group factoring as the batched kernel, only the fp32
-// summation order inside a group differs. The bf16-pair products are exact (both operands exact
-// bf16 values, 8 x 8 significant bits), so the pairing itself rounds nothing.
-constexpr int kFusedMaxT = kFewRows;
+// T x NP panels of vdpbf16ps straight away; nothing is stored. T <= 4 streams both panels of the
+// pair at once (NP = 2: more independent chains); 5 <= T <= 8 streams one panel, then the other
+// (NP = 1: the T running sums and T group accumulators stay in registers). Per scale group the
+// products of each (panel, token) collect in kNp independent partial accumulators (enough chains
+// to hide the vdpbf16ps latency at T = 1), summed at the group's end and multiplied by the group's
+// 16 scales into the running sums: the same per-group factoring as the batched kernel, only the
+// fp32 summation order inside a group differs. The bf16-pair products are exact (both operands
+// exact bf16 values, 8 x 8 significant bits), so the pairing itself rounds nothing.
+constexpr int kFusedMaxT = 8;
 // Software prefetch in each panel's stream: 8 KiB ahead into L2 (prefetcht1). On the 2-core
 // development machine this sustained 15-20% more bytes per core than 1-2 KiB into L1 (L1 miss
 // buffers limit the lines in flight; the L2 holds more).
 constexpr int kFusedPf = 8192;
 
-template <int T, CodeKind C, bool kAsym>
-void fused_pair(const GemmJob& j) {
+// The pair's group scales as fp32 [group][32] in j.scratch, converted once per job (keeps the
+// scale dtype switch out of the stream loop); at most k_pad / 8 groups x 32 <= gemm_scratch_floats.
+const float* fused_scales(const GemmJob& j) {
+  const PackedProj& w = *j.w;
+  if (w.group <= 0) return nullptr;
+  const int p0 = 2 * j.pair, nkp = w.k_pad / 2, seg = w.group / 2;
+  const size_t sb = scale_kind_bytes(w.gscale_kind);
+  // the next pair's scales (contiguous after this pair's) into L2 while this pair streams: the
+  // conversion below otherwise waits on cold lines at the start of every job
+  const size_t pair_sb = 2 * w.gscale_panel_bytes();
+  const uint8_t* next = w.gscale_panel(j.e, p0) + pair_sb;
+  if (next + pair_sb <= w.gscales.data() + w.gscales.n)
+    for (size_t l = 0; l < pair_sb; l += 64) _mm_prefetch(reinterpret_cast<const char*>(next + l), _MM_HINT_T1);
+  for (int h = 0; h < 2; ++h) {
+    const uint8_t* src = w.gscale_panel(j.e, p0 + h);
+    float* dst = j.scratch + h * 16;
+    const int ng = (nkp + seg - 1) / seg;
+    switch (w.gscale_kind) {  // one loop per dtype: load_scales16 inlines to a few instructions
+      case ScaleKind::kBF16: for (int g = 0; g < ng; ++g) _mm512_store_ps(dst + g * 32, load_scales16(ScaleKind::kBF16, src + g * 16 * sb)); break;
+      case ScaleKind::kE8M0: for (int g = 0; g < ng; ++g) _mm512_store_ps(dst + g * 32, load_scales16(ScaleKind::kE8M0, src + g * 16 * sb)); break;
+      case ScaleKind::kE4M3: for (int g = 0; g < ng; ++g) _mm512_store_ps(dst + g * 32, load_scales16(ScaleKind::kE4M3, src + g * 16 * sb)); break;
+      default: for (int g = 0; g < ng; ++g) _mm512_store_ps(dst + g * 32, load_scales16(w.gscale_kind, src + g * 16 * sb)); break;
+    }
+  }
+  return j.scratch;
+}
+
+// Streams panels h0 .. h0 + NP - 1 of the pair (sc: fused_scales) and writes their output columns.
+template <int T, int NP, CodeKind C, bool kAsym>
+void fused_panels(const GemmJob& j, int h0, const float* sc) {
   constexpr int kNp = T == 1 ? 4 : T == 2 ? 2 : 1;
   // bytes of one panel per kpair: bf16 64, 8-bit 32, 4-bit 16; an iteration handles 4 kpairs
   constexpr int kBpk = C == CodeKind::kBF16 ? 64 : (C == CodeKind::kInt8 || C == CodeKind::kFp8) ? 32 : 16;
@@ -463,43 +493,21 @@ void fused_pair(const GemmJob& j) {
   const ActBuf& a = *j.a;
   const int nkp = w.k_pad / 2;
   const int seg = w.group > 0 ? w.group / 2 : nkp;  // kpairs per scale group (a multiple of 4)
-  const int p0 = 2 * j.pair;
-  const uint8_t* pc[2] = {w.panel(j.e, p0), w.panel(j.e, p0 + 1)};
-  // the pair's group scales as fp32 [group][32] in scratch, converted up front (keeps the scale
-  // dtype switch out of the stream loop); at most k_pad / 8 groups x 32 <= gemm_scratch_floats
-  const float* sc = j.scratch;
-  if (w.group > 0) {
-    const size_t sb = scale_kind_bytes(w.gscale_kind);
-    // the next pair's scales (contiguous after this pair's) into L2 while this pair streams: the
-    // conversion below otherwise waits on cold lines at the start of every job
-    const size_t pair_sb = 2 * w.gscale_panel_bytes();
-    const uint8_t* next = w.gscale_panel(j.e, p0) + pair_sb;
-    if (next + pair_sb <= w.gscales.data() + w.gscales.n)
-      for (size_t l = 0; l < pair_sb; l += 64) _mm_prefetch(reinterpret_cast<const char*>(next + l), _MM_HINT_T1);
-    for (int h = 0; h < 2; ++h) {
-      const uint8_t* src = w.gscale_panel(j.e, p0 + h);
-      float* dst = j.scratch + h * 16;
-      const int ng = (nkp + seg - 1) / seg;
-      switch (w.gscale_kind) {  // one loop per dtype: load_scales16 inlines to a few instructions
-        case ScaleKind::kBF16: for (int g = 0; g < ng; ++g) _mm512_store_ps(dst + g * 32, load_scales16(ScaleKind::kBF16, src + g * 16 * sb)); break;
-        case ScaleKind::kE8M0: for (int g = 0; g < ng; ++g) _mm512_store_ps(dst + g * 32, load_scales16(ScaleKind::kE8M0, src + g * 16 * sb)); break;
-        case ScaleKind::kE4M3: for (int g = 0; g < ng; ++g) _mm512_store_ps(dst + g * 32, load_scales16(ScaleKind::kE4M3, src + g * 16 * sb)); break;
-        default: for (int g = 0; g < ng; ++g) _mm512_store_ps(dst + g * 32, load_scales16(w.gscale_kind, src + g * 16 * sb)); break;
-      }
-    }
-  }
+  const int p0 = 2 * j.pair + h0;
+  const uint8_t* pc[NP];
+  for (int h = 0; h < NP; ++h) pc[h] = w.panel(j.e, p0 + h);
   const int32_t* ar[T];  // activation rows as (a[2kp], a[2kp + 1]) pairs
   for (int t = 0; t < T; ++t) ar[t] = reinterpret_cast<const int32_t*>(a.row<uint16_t>(j.row0 + t));
 
-  __m512i tbl = _mm512_setzero_si512(), off[2] = {tbl, tbl}, zlo[2], zhi[2];
+  __m512i tbl = _mm512_setzero_si512(), off[NP], zlo[NP], zhi[NP];
   if (C == CodeKind::kInt4) tbl = kAsym ? int_table() : rep16_table(true, w.zsym);
   if (C == CodeKind::kFp4) tbl = rep16_table(false, 0);
   if (C == CodeKind::kFp8) tbl = e4m3_sub_table();
-  zlo[0] = zhi[0] = zlo[1] = zhi[1] = _mm512_set1_epi32(w.zsym);
+  for (int h = 0; h < NP; ++h) off[h] = _mm512_setzero_si512(), zlo[h] = zhi[h] = _mm512_set1_epi32(w.zsym);
   int zg_cur = -1;
 
-  __m512 c[2][T];
-  for (int h = 0; h < 2; ++h)
+  __m512 c[NP][T];
+  for (int h = 0; h < NP; ++h)
     for (int t = 0; t < T; ++t) c[h][t] = _mm512_setzero_ps();
   for (int g0 = 0, g = 0; g0 < nkp; g0 += seg, ++g) {
     const int g1 = std::min(nkp, g0 + seg);
@@ -507,20 +515,20 @@ void fused_pair(const GemmJob& j) {
       const int zg = (g0 * 2) / w.zp_group;
       if (zg != zg_cur) {
         zg_cur = zg;
-        for (int h = 0; h < 2; ++h) {
+        for (int h = 0; h < NP; ++h) {
           const uint8_t* z = w.zp_panel(j.e, p0 + h) + size_t(zg) * kPanelRows;
           if (C == CodeKind::kInt4) off[h] = zp_offsets_words(z);
           else zp_dwords(z, &zlo[h], &zhi[h]);
         }
       }
     }
-    __m512 p[2][T][kNp];
-    for (int h = 0; h < 2; ++h)
+    __m512 p[NP][T][kNp];
+    for (int h = 0; h < NP; ++h)
       for (int t = 0; t < T; ++t)
         for (int i = 0; i < kNp; ++i) p[h][t][i] = _mm512_setzero_ps();
     for (int kp = g0; kp < g1; kp += 4) {
-      __m512i v[2][4];
-      for (int h = 0; h < 2; ++h) {
+      __m512i v[NP][4];
+      for (int h = 0; h < NP; ++h) {
         const uint8_t* src = pc[h] + size_t(kp) * kBpk;
         for (int l = 0; l < 4 * kBpk; l += 64) _mm_prefetch(reinterpret_cast<const char*>(src + l + kFusedPf), _MM_HINT_T1);
         if constexpr (C == CodeKind::kBF16) {
@@ -537,30 +545,41 @@ void fused_pair(const GemmJob& j) {
       for (int i = 0; i < 4; ++i)
         for (int t = 0; t < T; ++t) {
           const __m512bh A = as_bh(_mm512_set1_epi32(ar[t][kp + i]));  // one (a[k], a[k+1]) pair to every lane
-          p[0][t][i % kNp] = _mm512_dpbf16_ps(p[0][t][i % kNp], A, as_bh(v[0][i]));
-          p[1][t][i % kNp] = _mm512_dpbf16_ps(p[1][t][i % kNp], A, as_bh(v[1][i]));
+          for (int h = 0; h < NP; ++h) p[h][t][i % kNp] = _mm512_dpbf16_ps(p[h][t][i % kNp], A, as_bh(v[h][i]));
         }
     }
-    for (int h = 0; h < 2; ++h) {
-      const __m512 scv = w.group > 0 ? _mm512_load_ps(sc + g * 32 + h * 16) : _mm512_set1_ps(1.f);
+    for (int h = 0; h < NP; ++h) {
+      const __m512 scv = sc ? _mm512_load_ps(sc + g * 32 + (h0 + h) * 16) : _mm512_set1_ps(1.f);
       for (int t = 0; t < T; ++t) {
         __m512 sum = p[h][t][0];
         if constexpr (kNp == 4) sum = _mm512_add_ps(_mm512_add_ps(p[h][t][0], p[h][t][1]), _mm512_add_ps(p[h][t][2], p[h][t][3]));
         if constexpr (kNp == 2) sum = _mm512_add_ps(p[h][t][0], p[h][t][1]);
-        c[h][t] = w.group > 0 ? _mm512_fmadd_ps(sum, scv, c[h][t]) : _mm512_add_ps(c[h][t], sum);
+        c[h][t] = sc ? _mm512_fmadd_ps(sum, scv, c[h][t]) : _mm512_add_ps(c[h][t], sum);
       }
     }
   }
   const size_t rb = size_t(j.e) * w.rows_pad + size_t(j.pair) * kJobRows;
   for (int t = 0; t < T; ++t) {
     const __m512 ts = _mm512_set1_ps((a.row_scale.empty() ? 1.f : a.row_scale[size_t(j.row0 + t)]) * j.extra);
-    for (int h = 0; h < 2; ++h) {
+    for (int h = 0; h < NP; ++h) {
+      const int col = (h0 + h) * 16;
       __m512 v = c[h][t];
-      if (!w.rowscale.empty()) v = _mm512_mul_ps(v, _mm512_loadu_ps(w.rowscale.data() + rb + h * 16));
+      if (!w.rowscale.empty()) v = _mm512_mul_ps(v, _mm512_loadu_ps(w.rowscale.data() + rb + col));
       v = _mm512_mul_ps(v, ts);
-      if (!w.bias.empty()) v = _mm512_add_ps(v, _mm512_loadu_ps(w.bias.data() + rb + h * 16));
-      _mm512_storeu_ps(j.out + size_t(t) * j.ldo + h * 16, v);
+      if (!w.bias.empty()) v = _mm512_add_ps(v, _mm512_loadu_ps(w.bias.data() + rb + col));
+      _mm512_storeu_ps(j.out + size_t(t) * j.ldo + col, v);
     }
+  }
+}
+
+template <int T, CodeKind C, bool kAsym>
+void fused_job(const GemmJob& j) {
+  const float* sc = fused_scales(j);
+  if constexpr (T <= 4) {
+    fused_panels<T, 2, C, kAsym>(j, 0, sc);
+  } else {
+    fused_panels<T, 1, C, kAsym>(j, 0, sc);
+    fused_panels<T, 1, C, kAsym>(j, 1, sc);
   }
 }
 
@@ -568,14 +587,14 @@ template <int T>
 bool fused_for_t(const GemmJob& j) {
   const bool asym = j.w->has_zp;
   switch (j.w->code) {
-    case CodeKind::kBF16: fused_pair<T, CodeKind::kBF16, false>(j); return true;
-    case CodeKind::kFp8: fused_pair<T, CodeKind::kFp8, false>(j); return true;
-    case CodeKind::kFp4: fused_pair<T, CodeKind::kFp4, false>(j); return true;
+    case CodeKind::kBF16: fused_job<T, CodeKind::kBF16, false>(j); return true;
+    case CodeKind::kFp8: fused_job<T, CodeKind::kFp8, false>(j); return true;
+    case CodeKind::kFp4: fused_job<T, CodeKind::kFp4, false>(j); return true;
     case CodeKind::kInt8:
-      asym ? fused_pair<T, CodeKind::kInt8, true>(j) : fused_pair<T, CodeKind::kInt8, false>(j);
+      asym ? fused_job<T, CodeKind::kInt8, true>(j) : fused_job<T, CodeKind::kInt8, false>(j);
       return true;
     case CodeKind::kInt4:
-      asym ? fused_pair<T, CodeKind::kInt4, true>(j) : fused_pair<T, CodeKind::kInt4, false>(j);
+      asym ? fused_job<T, CodeKind::kInt4, true>(j) : fused_job<T, CodeKind::kInt4, false>(j);
       return true;
     default: return false;
   }
@@ -594,7 +613,11 @@ bool run_fused(const GemmJob& j) {
     case 1: return fused_for_t<1>(j);
     case 2: return fused_for_t<2>(j);
     case 3: return fused_for_t<3>(j);
-    default: return fused_for_t<4>(j);
+    case 4: return fused_for_t<4>(j);
+    case 5: return fused_for_t<5>(j);
+    case 6: return fused_for_t<6>(j);
+    case 7: return fused_for_t<7>(j);
+    default: return fused_for_t<8>(j);
   }
 }
 

@@ -46,6 +46,7 @@ struct Row {
   int m = 0;
   double us = 0, us_min = 0, tbps = 0, tflops = 0, floor_us = 0, pct_floor = 0;
   double read_gbps = 0;  // streaming read measured for this row (CPU: just before its timed calls)
+  double load_avg = -1;  // CPU: 1-minute load average after the row (other processes on the machine)
   double peer_us = -1, ratio = -1;  // peer / qmoe (> 1: qmoe faster)
   std::string peer;
 };
@@ -274,6 +275,10 @@ int run_bench(const Opts& o) {
         const double bytes = wbytes + io;
         const double peak = sc.int8_acts ? int8_gops : (!cpu && sc.fp8 && fp8_gflops > 0) ? fp8_gflops : bf16_gflops;
         if (r.read_gbps <= 0) r.read_gbps = read_gbps;
+        if (cpu) {
+          std::ifstream la("/proc/loadavg");
+          if (!(la >> r.load_avg)) r.load_avg = -1;
+        }
         r.floor_us = std::max(bytes / (r.read_gbps * 1e3), flops / (peak * 1e3));
         r.pct_floor = 100 * r.floor_us / r.us;
         r.tbps = bytes / r.us * 1e-6;
@@ -281,9 +286,9 @@ int run_bench(const Opts& o) {
         r.peer_us = cpu ? ggml_layer_us(sh.name, sc.name, m, &r.peer) : vllm_us(sh.name, sc.name, m, &r.peer);
         if (r.peer_us > 0) r.ratio = r.peer_us / r.us;
         rows.push_back(r);
-        std::fprintf(stderr, "bench: %s m=%d %s: %.1f us (%.0f%% of floor), min %.1f us (%.0f%%), read %.1f GB/s\n",
+        std::fprintf(stderr, "bench: %s m=%d %s: %.1f us (%.0f%% of floor), min %.1f us (%.0f%%), read %.1f GB/s, load %.2f\n",
                      sh.name.c_str(), m, sc.name.c_str(), r.us, r.pct_floor, r.us_min, 100 * r.floor_us / r.us_min,
-                     r.read_gbps);
+                     r.read_gbps, r.load_avg);
       }
     }
   }
@@ -313,7 +318,7 @@ int run_bench(const Opts& o) {
       j.push_back({{"shape", r.shape}, {"m", r.m}, {"scheme", r.scheme}, {"backend", r.backend}, {"us", r.us},
                    {"us_min", r.us_min}, {"tbps", r.tbps}, {"tflops", r.tflops}, {"floor_us", r.floor_us},
                    {"pct_floor", r.pct_floor}, {"peer", r.peer}, {"peer_us", r.peer_us}, {"ratio_peer", r.ratio},
-                   {"kernel", r.note}, {"device", device}, {"read_gbps", r.read_gbps}, {"read_gbps_start", read_gbps}, {"bf16_gflops", bf16_gflops},
+                   {"kernel", r.note}, {"device", device}, {"read_gbps", r.read_gbps}, {"read_gbps_start", read_gbps}, {"load_avg", r.load_avg}, {"bf16_gflops", bf16_gflops},
                    {"int8_gops", int8_gops}});
     std::ofstream f(o.json);
     if (!f) bad_input("bench: cannot write ", o.json);

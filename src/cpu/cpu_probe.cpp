@@ -75,8 +75,9 @@ double measure_read_gbps(size_t bytes, int reps) {
     });
     gbps.push_back(double(bytes) / s * 1e-9);
   }
-  std::sort(gbps.begin(), gbps.end());
-  return gbps[gbps.size() / 2];
+  // the best pass: a ceiling (on a shared machine, time slices given to other processes only
+  // ever lower a pass, and a floor computed from a lowered pass would flatter the kernels)
+  return *std::max_element(gbps.begin(), gbps.end());
 }
 
 void flush_caches(size_t bytes) {

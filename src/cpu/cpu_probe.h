@@ -9,7 +9,7 @@
 
 namespace qmoe::cpu {
 
-// GB/s (1e9 bytes per second), median of `reps` passes over `bytes`.
+// GB/s (1e9 bytes per second), the best of `reps` passes over `bytes`.
 double measure_read_gbps(size_t bytes = size_t(1) << 30, int reps = 5);
 // GFLOP/s of bf16 dot products (2 flops per multiply-add); 0 when the CPU lacks AVX512-BF16.
 double measure_bf16_dot_gflops();

@@ -3,6 +3,11 @@
 // instruction latency on every AVX-512 core), one call per thread.
 #include <immintrin.h>
 
+// GCC 12 flags the _mm*_undefined operands inside the reduce intrinsics as uninitialized at -O3:
+// a known false positive.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
 #include "cpu/cpu_probe.h"
 
 namespace qmoe::cpu::avx512 {

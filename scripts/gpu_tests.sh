@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # Runs every GPU test and the anchor benchmark in one go and writes one log.
 #   scripts/gpu_tests.sh [BUILD_DIR] [LOG]     (defaults: build-cuda, $OUT/gpu_tests.log or gpu_tests.log)
-# Phases (QMOE_GPU_PHASES, default "info tests bench"): info = device + toolkit facts and the
+# Phases (QMOE_GPU_PHASES, default "info tests capi python bench"): info = device + toolkit facts and the
 # cuBLAS ceilings through PyTorch when it is installed; tests = the CUDA gtest suite (every other
 # test binary too with the phase "alltests"); bench = the anchor rows through `qmoe bench --backend cuda` when
 # the CLI has it, else through the bench-hook test (tests/cuda/test_cuda_bench.cpp).
+# capi = test_c_api *CApiCuda*; python = the Python module built for this python3 + pytest python/tests
+# (both need libqmoe_c.so in BUILD_DIR; scripts/pack_gpu_build.sh packs a carried BUILD_DIR).
 # QMOE_GPU_TEST_FILTER narrows the gtest filter; QMOE_BENCH_SCHEMES picks bench schemes ("012").
 set -uo pipefail
 BUILD=${1:-build-cuda}
 LOG=${2:-${OUT:-.}/gpu_tests.log}
-PHASES=${QMOE_GPU_PHASES:-info tests bench}
+PHASES=${QMOE_GPU_PHASES:-info tests capi python bench}
 FILTER=${QMOE_GPU_TEST_FILTER:-*}
 status=0
 exec > >(tee -a "$LOG") 2>&1
@@ -49,6 +51,61 @@ if [[ " $PHASES " == *" tests "* ]]; then
     "$t" --gtest_filter="$FILTER" --gtest_brief=1 || status=1
     echo "== $t: rc $? in $(( $(date +%s) - start )) s"
   done
+fi
+
+# ---- phases capi and python (C ABI and Python module on the device) --------------------------
+# capi = the C ABI's CUDA tests (test_c_api --gtest_filter='*CApiCuda*': the leading * takes the
+# parameterized suite Schemes/CApiCuda too). python = qmoe's Python module for this machine's
+# python3: only the nanobind extension is compiled here (python/standalone, seconds), linked
+# against $BUILD/libqmoe_c.so, then pytest python/tests (NumPy on the CPU + torch CUDA).
+# A skipped CUDA test counts as a failure in both: a GPU is expected here.
+ABSBUILD=$(cd "$BUILD" 2>/dev/null && pwd || echo "$BUILD")
+if [[ " $PHASES " == *" capi "* ]]; then
+  if [ -x "$BUILD/test_c_api" ]; then
+    echo "== $BUILD/test_c_api --gtest_filter='*CApiCuda*'"
+    start=$(date +%s)
+    capilog=$(mktemp)
+    # Its RPATH names the build folder it was linked in; here libqmoe_c.so sits in $BUILD.
+    LD_LIBRARY_PATH="$ABSBUILD:${LD_LIBRARY_PATH:-}" "$BUILD/test_c_api" --gtest_filter='*CApiCuda*' \
+      --gtest_brief=1 2>&1 | tee "$capilog"
+    rc=${PIPESTATUS[0]}
+    if grep -aq '^\[  SKIPPED \]' "$capilog"; then echo "== capi: tests SKIPPED on a GPU machine"; rc=1; fi
+    [ "$rc" = 0 ] || status=1
+    echo "== test_c_api: rc $rc in $(( $(date +%s) - start )) s"
+    rm -f "$capilog"
+  else
+    echo "== capi: $BUILD/test_c_api not built; phase skipped"
+  fi
+fi
+if [[ " $PHASES " == *" python "* ]]; then
+  echo "== python: qmoe._qmoe for $(command -v python3) against $ABSBUILD/libqmoe_c.so"
+  start=$(date +%s)
+  rc=0
+  pyb=$(mktemp -d)
+  genflag=""; command -v ninja >/dev/null && genflag="-GNinja"
+  if [ ! -f "$BUILD/libqmoe_c.so" ]; then
+    echo "== python: $BUILD/libqmoe_c.so is missing"; rc=1
+  elif ! nbdir=$(python3 -m nanobind --cmake_dir); then
+    echo "== python: nanobind is not installed for python3"; rc=1
+  elif ! cmake -S python/standalone -B "$pyb" $genflag -DQMOE_PREBUILT_LIB="$ABSBUILD/libqmoe_c.so" \
+         -DQMOE_PYTHON_OUT="$ABSBUILD/python/qmoe" -DPython_EXECUTABLE="$(command -v python3)" \
+         -Dnanobind_ROOT="$nbdir" >"$pyb/configure.log" 2>&1; then
+    cat "$pyb/configure.log"; echo "== python: configuring python/standalone failed"; rc=1
+  elif ! cmake --build "$pyb" -j "$(nproc)"; then
+    echo "== python: building the extension failed"; rc=1
+  else
+    echo "== python: extension built in $(( $(date +%s) - start )) s; pytest python/tests"
+    # QMOE_BUILD_DIR: qmoe/__init__.py takes _qmoe from $BUILD/python/qmoe, conftest.py the qmoe CLI.
+    QMOE_BUILD_DIR="$ABSBUILD" PYTHONPATH="$PWD/python${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 \
+      timeout 300 python3 -m pytest -q -rs -p no:cacheprovider python/tests 2>&1 | tee "$pyb/pytest.log"
+    rc=${PIPESTATUS[0]}
+    if grep -aq '^SKIPPED.*test_torch_cuda' "$pyb/pytest.log"; then
+      echo "== python: torch CUDA tests SKIPPED on a GPU machine"; rc=1
+    fi
+  fi
+  [ "$rc" = 0 ] || status=1
+  echo "== python: rc $rc in $(( $(date +%s) - start )) s"
+  rm -rf "$pyb"
 fi
 
 if [[ " $PHASES " == *" bench "* ]]; then

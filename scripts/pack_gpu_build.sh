@@ -4,7 +4,7 @@
 #   scripts/pack_gpu_build.sh [--build] [BUILD_DIR] [DEST]      (defaults: build-cuda, build-gpu-carry)
 #     copies test_cuda, test_c_api, qmoe and libqmoe_c.so, strips them and stores them as
 #     DEST/pack.tar.xz (the kernels' SASS compresses about 3x); prints the sizes. --build first
-#     builds those targets in BUILD_DIR; without it, stale targets are reported, not rebuilt.
+#     builds those targets in BUILD_DIR; without it, binaries older than a source are reported.
 #   scripts/pack_gpu_build.sh --unpack [DEST]                   (on the GPU machine)
 #     extracts DEST/pack.tar.xz into DEST, after which: scripts/gpu_tests.sh DEST
 set -euo pipefail
@@ -32,14 +32,22 @@ DEST=${2:-build-gpu-carry}
 
 if [ "$BUILD_FIRST" = 1 ]; then
   cmake --build "$BUILD" -j2 --target $TARGETS
-elif [ -f "$BUILD/build.ninja" ]; then
-  # A dry run lists the steps a build would take: none means every packed binary is current.
-  # (CMake's glob check and re-run steps always show up in a dry run: not counted.)
-  stale=$(ninja -C "$BUILD" -n $TARGETS 2>/dev/null | grep '^\[' | grep -vc 'globbed directories\|Re-running CMake' || true)
-  if [ "$stale" != 0 ]; then
-    echo "pack: WARNING: $stale build steps are pending in $BUILD; the packed binaries may be stale" \
-         "(cmake --build $BUILD --target $TARGETS, or pass --build)" >&2
-  fi
+else
+  # Any source newer than a binary means that binary is stale (a dry run of ninja cannot tell:
+  # it stops at CMake's glob check).
+  for f in $FILES; do
+    [ -f "$BUILD/$f" ] || continue
+    dirs="src include"
+    case $f in
+      test_cuda) dirs="$dirs tests/cuda tests/common" ;;
+      test_c_api) dirs="$dirs tests/c_api tests/common" ;;
+      qmoe) dirs="$dirs tools" ;;
+    esac
+    newer=$(find $dirs -type f -newer "$BUILD/$f" 2>/dev/null | head -3 | tr '\n' ' ')
+    if [ -n "$newer" ]; then
+      echo "pack: WARNING: $BUILD/$f is older than $newer(cmake --build $BUILD --target $TARGETS, or pass --build)" >&2
+    fi
+  done
 fi
 
 missing=""

@@ -109,13 +109,43 @@ if [[ " $PHASES " == *" python "* ]]; then
 fi
 
 if [[ " $PHASES " == *" bench "* ]]; then
+  # One process for every row up to M = 1024, then one process per (shape, scheme) at M = 4096:
+  # on the H200 a process that had already run a shape's smaller rows died at deepseek-v3 M = 4096
+  # ("illegal instruction"), while the same row alone (and under compute-sanitizer) ran clean.
+  SHAPES="llama4-scout mixtral-8x7b qwen3-30b-a3b deepseek-v3 gpt-oss-120b"
+  BOUT="${OUT:-.}"
   if "$BUILD"/qmoe bench --help 2>/dev/null | grep -q -- "--backend"; then
     echo "== qmoe bench --backend cuda"
-    "$BUILD"/qmoe bench --backend cuda --shape all --m 1,16,64,256,1024,4096 --scheme bf16,fp8,int4 \
-      --json "${OUT:-.}/bench.json" --plot "${OUT:-.}/bench.png" || status=1
+    "$BUILD"/qmoe bench --backend cuda --shape all --m 1,16,64,256,1024 --scheme bf16,fp8,int4 \
+      --json "$BOUT/bench_small.json" || status=1
+    for sh in $SHAPES; do for sc in bf16 fp8 int4; do
+      "$BUILD"/qmoe bench --backend cuda --shape $sh --m 4096 --scheme $sc --json "$BOUT/b4096_${sh}_$sc.json" || status=1
+    done; done
+    python3 - "$BOUT" <<'PYEOF' || true
+import json, glob, sys
+rows = []
+for f in sorted(glob.glob(sys.argv[1] + "/bench_small.json")) + sorted(glob.glob(sys.argv[1] + "/b4096_*.json")):
+    try:
+        d = json.load(open(f))
+    except Exception as e:
+        print("unreadable", f, e); continue
+    rows += d if isinstance(d, list) else d.get("rows", [d])
+json.dump(rows, open(sys.argv[1] + "/bench_all.json", "w"), indent=1)
+print("bench rows:", len(rows))
+PYEOF
+    rm -f "$BOUT"/b4096_*.json
   else
     echo "== bench through the bench hooks (qmoe bench not available in this build)"
-    QMOE_GPU_BENCH=1 QMOE_BENCH_OUT="${OUT:-.}/bench.jsonl" "$BUILD"/test_cuda --gtest_filter='CudaBench.*' || status=1
+    rm -f "$BOUT/bench.jsonl"
+    QMOE_GPU_BENCH=1 QMOE_BENCH_OUT="$BOUT/bench.jsonl" QMOE_BENCH_MS=",1,16,64,256,1024," \
+      "$BUILD"/test_cuda --gtest_filter='CudaBench.AnchorRows' | tee "$BOUT/bench_small.log" || status=1
+    ceil=$(grep -a -o 'read [0-9.]* TB/s, copy [0-9.]* TB/s, bf16 [0-9.]* TFLOP/s, fp8 [0-9.]*' "$BOUT/bench_small.log" |
+           awk '{print $2","$8","$11}')
+    for sh in $SHAPES; do for sc in 0 1 2; do
+      QMOE_GPU_BENCH=1 QMOE_BENCH_OUT="$BOUT/bench.jsonl" QMOE_BENCH_MS=",4096," QMOE_BENCH_SHAPES=$sh \
+        QMOE_BENCH_SCHEMES=$sc QMOE_BENCH_CEIL="$ceil" "$BUILD"/test_cuda --gtest_filter='CudaBench.AnchorRows' |
+        grep -a "^| $sh" || status=1
+    done; done
   fi
 fi
 echo "== done, status $status"

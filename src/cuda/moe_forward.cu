@@ -105,8 +105,6 @@ struct ExpertsPlan {
     const int sms = device_sm_count();
     c1 = select_config({m, top_k, ex.num_experts, ex.w13.np, ex.hidden, ex.fmt, sms});
     c2 = select_config({m, top_k, ex.num_experts, ex.hidden, ex.intermediate, ex.fmt, sms});
-    // backend II's fp4 GEMM has the small and large tiles only
-    if ((ex.fmt == WFmt::kNV4 || ex.fmt == WFmt::kMX4) && c1.tile == Tile::kMedium) c1.tile = Tile::kSmall;
     c2.tile = c1.tile;  // one align for both GEMMs
     bm = tile_bm(c1.tile);
     if (c2.tile == Tile::kLarge) c2.splits = 1;

@@ -26,7 +26,14 @@ struct Cfg {
   static constexpr int WM = BM / WARPS_M, WN = BN / WARPS_N;
   static constexpr int MI = WM / 16, NT = WN / 16;
 };
-using SmallCfg = Cfg<16, 64, 1, 4, 6>;
+// Decode streams weights and is issue-bound at low occupancy (ncu on the H200, mixtral M = 1:
+// ~5.5 cycles per issued instruction per warp, 12-19% occupancy, limited by shared memory at 6
+// stages and by registers for the quantized formats). Four stages let 4-5 blocks share an SM;
+// 8-bit and 4-bit warps cover n32 so the fixed per-k-step work (barrier, A fragments) is shared
+// by two weight atoms.
+using SmallCfg = Cfg<16, 64, 1, 4, 4>;
+using Small8Cfg = Cfg<16, 128, 1, 4, 4>;
+using Small4Cfg = Cfg<16, 128, 1, 4, 4>;
 using MediumCfg = Cfg<64, 128, 2, 2, 4>;
 using LargeCfg = Cfg<128, 128, 2, 4, 3>;
 // 16-bit weights carry no per-chunk accumulators, so their large tile can be twice as wide
@@ -41,7 +48,7 @@ template <> struct FmtTraits<WFmt::kU4> { static constexpr int KA = 64; };
 
 template <class C, WFmt F>
 constexpr int smem_bytes() {
-  return C::STAGES * (C::BM * 128 + (C::BN / 16) * (64 / FmtTraits<F>::KA) * 512) + C::BM * 4;
+  return C::STAGES * (C::BM * 128 + (C::BN / 16) * (64 / FmtTraits<F>::KA) * 512) + C::BM * 8;
 }
 
 // Original weight row of prepared column n (w13: 8 gate rows then the 8 matching up rows).
@@ -60,6 +67,7 @@ __global__ void __launch_bounds__(C::kThreads) moe_gemm_kernel(const GemmParams 
   uint8_t* sA = smem;
   uint8_t* sB = smem + C::STAGES * A_BYTES;
   int* s_rows = reinterpret_cast<int*>(smem + C::STAGES * (A_BYTES + B_BYTES));
+  int* s_arow = s_rows + C::BM;  // A row of each tile row (sorted id / a_row_div), -1 = padding
 
   const int mb = blockIdx.x, nb = blockIdx.y, split = blockIdx.z;
   if (mb * C::BM >= *p.num_post) return;
@@ -68,7 +76,11 @@ __global__ void __launch_bounds__(C::kThreads) moe_gemm_kernel(const GemmParams 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int warp_m = warp / C::WARPS_N, warp_n = warp % C::WARPS_N;
 
-  for (int r = tid; r < C::BM; r += C::kThreads) s_rows[r] = p.sorted_ids[mb * C::BM + r];
+  for (int r = tid; r < C::BM; r += C::kThreads) {
+    const int sid = p.sorted_ids[mb * C::BM + r];
+    s_rows[r] = sid;
+    s_arow[r] = sid < p.numel ? sid / p.a_row_div : -1;
+  }
   __syncthreads();
 
   const int ktiles = p.kp / 64;
@@ -83,10 +95,10 @@ __global__ void __launch_bounds__(C::kThreads) moe_gemm_kernel(const GemmParams 
     uint8_t* dA = sA + stage * A_BYTES;
     for (int idx = tid; idx < C::BM * 8; idx += C::kThreads) {
       int r = idx >> 3, c = idx & 7;
-      int sid = s_rows[r];
-      int kcol = kt * 64 + c * 8;
-      bool ok = sid < p.numel && kcol < p.k;
-      const char* src = ok ? abase + (static_cast<size_t>(sid / p.a_row_div) * p.lda + kcol) * 2 : abase;
+      const int arow = s_arow[r];
+      const int kcol = kt * 64 + c * 8;
+      const bool ok = arow >= 0 && kcol < p.k;
+      const char* src = ok ? abase + (static_cast<size_t>(arow) * p.lda + kcol) * 2 : abase;
       cp_async16(dA + r * 128 + ((c ^ (r & 7)) << 4), src, ok ? 16 : 0);
     }
     uint8_t* dB = sB + stage * B_BYTES;
@@ -146,58 +158,61 @@ __global__ void __launch_bounds__(C::kThreads) moe_gemm_kernel(const GemmParams 
   int chunk_k0 = kt0 * 64;
   if constexpr (MODE == 1 && (F == WFmt::kU4 || F == WFmt::kU8)) load_zero(chunk_k0);
 
-  auto flush = [&](int k0) {
-    // out += acc * row_scale * col_scale for the chunk that starts at k0; acc = 0. A chunk that
-    // starts in the K padding has only zero products (and no scale entry): it is dropped.
-    if (k0 >= p.k) {
+  // Column (weight) and row (activation) scales of the current chunk, loaded when the chunk starts
+  // so their latency hides behind the chunk's MMAs; used by flush() at its end.
+  float cs[C::NT][2][2];
+  float rsc[C::MI][2];
+  auto load_scales = [&](int k0) {
+    if constexpr (MODE == 1) {
+      const int g = p.kchunk > 0 ? min(k0 / p.kchunk, p.kg - 1) : 0;
+#pragma unroll
+      for (int nt = 0; nt < C::NT; ++nt)
+#pragma unroll
+        for (int j = 0; j < 2; ++j)
+#pragma unroll
+          for (int e2 = 0; e2 < 2; ++e2) {
+            const int n = ncol0 + nt * 16 + j * 8 + 2 * (lane & 3) + e2;
+            const int r = orig_row(p, n);
+            cs[nt][j][e2] = (n < p.np && r < p.n)
+                                ? __ldg(p.col_scale + (static_cast<size_t>(e) * p.kg + g) * p.nsc + (p.n_div == 1 ? r : r / p.n_div))
+                                : 0.f;
+          }
+      const float stat = p.in_scale != nullptr ? p.in_scale[e] : 1.f;
+      const int rg = p.rs_kchunk > 0 ? min(k0 / p.rs_kchunk, p.rs_groups - 1) : 0;
 #pragma unroll
       for (int mi = 0; mi < C::MI; ++mi)
 #pragma unroll
-        for (int nt = 0; nt < C::NT; ++nt)
-#pragma unroll
-          for (int j = 0; j < 2; ++j)
-#pragma unroll
-            for (int c = 0; c < 4; ++c) acc[mi][nt][j][c] = 0.f;
-      return;
-    }
-    float cs[C::NT][2][2];
-#pragma unroll
-    for (int nt = 0; nt < C::NT; ++nt)
-#pragma unroll
-      for (int j = 0; j < 2; ++j)
-#pragma unroll
-        for (int e2 = 0; e2 < 2; ++e2) {
-          int n = ncol0 + nt * 16 + j * 8 + 2 * (lane & 3) + e2;
-          int r = orig_row(p, n);
-          float s = 0.f;
-          if (n < p.np && r < p.n) {
-            int g = p.kchunk > 0 ? k0 / p.kchunk : 0;
-            s = p.col_scale[(static_cast<size_t>(e) * p.kg + g) * p.nsc + r / p.n_div];
+        for (int h = 0; h < 2; ++h) {
+          float rs = stat;
+          if (p.row_scale != nullptr) {
+            const int arow = s_arow[warp_m * C::WM + mi * 16 + (lane >> 2) + h * 8];
+            rs = arow >= 0 ? __ldg(p.row_scale + static_cast<size_t>(arow) * p.rs_groups + rg) : 0.f;
           }
-          cs[nt][j][e2] = s;
+          rsc[mi][h] = rs;
         }
-    const float stat = p.in_scale != nullptr ? p.in_scale[e] : 1.f;
+    }
+  };
+  auto flush = [&](int k0) {
+    // out += acc * row_scale * col_scale for the chunk that starts at k0; acc = 0. A chunk that
+    // starts in the K padding has only zero products (and no scale entry): it adds nothing.
+    const bool live = k0 < p.k;
 #pragma unroll
     for (int mi = 0; mi < C::MI; ++mi)
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        float rs = stat;
-        if (p.row_scale != nullptr) {
-          int sid = s_rows[warp_m * C::WM + mi * 16 + (lane >> 2) + h * 8];
-          int g = p.rs_kchunk > 0 ? k0 / p.rs_kchunk : 0;
-          rs = sid < p.numel ? p.row_scale[static_cast<size_t>(sid / p.a_row_div) * p.rs_groups + g] : 0.f;
-        }
+      for (int h = 0; h < 2; ++h)
 #pragma unroll
         for (int nt = 0; nt < C::NT; ++nt)
 #pragma unroll
           for (int j = 0; j < 2; ++j)
 #pragma unroll
             for (int e2 = 0; e2 < 2; ++e2) {
-              out[mi][nt][j][h * 2 + e2] += acc[mi][nt][j][h * 2 + e2] * (rs * cs[nt][j][e2]);
+              if (live) out[mi][nt][j][h * 2 + e2] += acc[mi][nt][j][h * 2 + e2] * (rsc[mi][h] * cs[nt][j][e2]);
               acc[mi][nt][j][h * 2 + e2] = 0.f;
             }
-      }
   };
+  // next k at which the current chunk ends
+  int chunk_end = (chunk_k0 / p.chunk + 1) * p.chunk;
+  load_scales(chunk_k0);
 
 #pragma unroll
   for (int s = 0; s < C::STAGES - 1; ++s) {
@@ -292,12 +307,14 @@ __global__ void __launch_bounds__(C::kThreads) moe_gemm_kernel(const GemmParams 
           for (int j = 0; j < 2; ++j) mma16816<Op>(acc[mi][nt][j], a[mi], b[nt][j][0], b[nt][j][1]);
       if constexpr (MODE == 1) {
         int kend = kt * 64 + (step + 1) * 16;
-        bool last = kt == kt1 - 1 && step == 3;
-        if (last || kend % p.chunk == 0) {
+        const bool last = kt == kt1 - 1 && step == 3;
+        if (last || kend == chunk_end) {
           flush(chunk_k0);
           chunk_k0 = kend;
-          if constexpr (F == WFmt::kU4 || F == WFmt::kU8) {
-            if (!last) load_zero(chunk_k0);
+          chunk_end = kend + p.chunk;
+          if (!last) {
+            load_scales(chunk_k0);
+            if constexpr (F == WFmt::kU4 || F == WFmt::kU8) load_zero(chunk_k0);
           }
         }
       }
@@ -397,7 +414,13 @@ void launch_fmt(WFmt fmt, int mode, const GemmParams& p, cudaStream_t s) {
 template <class Op>
 void launch_tile(WFmt fmt, int mode, Tile tile, const GemmParams& p, cudaStream_t s) {
   switch (tile) {
-    case Tile::kSmall: return launch_fmt<Op, SmallCfg>(fmt, mode, p, s);
+    case Tile::kSmall:
+      if (fmt == WFmt::kU4) return mode == 2 ? launch_one<Op, Small4Cfg, WFmt::kU4, 2>(p, s)
+                                             : launch_one<Op, Small4Cfg, WFmt::kU4, 1>(p, s);
+      if (fmt == WFmt::kU8) return mode == 2 ? launch_one<Op, Small8Cfg, WFmt::kU8, 2>(p, s)
+                                             : launch_one<Op, Small8Cfg, WFmt::kU8, 1>(p, s);
+      if (fmt == WFmt::kFP8) return launch_one<Op, Small8Cfg, WFmt::kFP8, 1>(p, s);
+      return launch_one<Op, SmallCfg, WFmt::k16, 0>(p, s);
     case Tile::kMedium: return launch_fmt<Op, MediumCfg>(fmt, mode, p, s);
     case Tile::kLarge:
       if (fmt == WFmt::k16) return launch_one<Op, WideCfg, WFmt::k16, 0>(p, s);
@@ -409,7 +432,7 @@ void launch_tile(WFmt fmt, int mode, Tile tile, const GemmParams& p, cudaStream_
 
 int tile_bn_for(Tile tile, WFmt fmt) {
   switch (tile) {
-    case Tile::kSmall: return SmallCfg::BN;
+    case Tile::kSmall: return fmt == WFmt::kU4 ? Small4Cfg::BN : fmt == WFmt::k16 ? SmallCfg::BN : Small8Cfg::BN;
     case Tile::kMedium: return MediumCfg::BN;
     case Tile::kLarge: return fmt == WFmt::k16 ? WideCfg::BN : LargeCfg::BN;
   }

@@ -175,22 +175,46 @@ __global__ void align_kernel(const int32_t* __restrict__ ids, int numel, const i
   }
   for (int i = tid; i < capacity; i += blockDim.x) sorted[i] = numel;
   __syncthreads();
-  if (tid == 0) {
-    int acc = 0;
-    for (int e = 0; e < E; ++e) {
-      off[e] = acc;
-      acc += (cnt[e] + B - 1) / B * B;
+  // exclusive scan of the padded counts: each thread sums a run of experts, warps scan by shuffles
+  {
+    const int per = (E + blockDim.x - 1) / blockDim.x, e0 = tid * per, e1 = min(E, e0 + per);
+    int local = 0;
+    for (int e = e0; e < e1; ++e) local += (cnt[e] + B - 1) / B * B;
+    const int lane = tid & 31, wid = tid >> 5;
+    int incl = local;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      int v = __shfl_up_sync(0xffffffffu, incl, o);
+      if (lane >= o) incl += v;
     }
-    off[E] = acc;
-    *num_post = acc;
+    __shared__ int wsum[32];
+    if (lane == 31) wsum[wid] = incl;
+    __syncthreads();
+    if (wid == 0) {
+      int w = lane < static_cast<int>(blockDim.x >> 5) ? wsum[lane] : 0;
+#pragma unroll
+      for (int o = 1; o < 32; o <<= 1) {
+        int v = __shfl_up_sync(0xffffffffu, w, o);
+        if (lane >= o) w += v;
+      }
+      wsum[lane] = w;  // inclusive over warps
+    }
+    __syncthreads();
+    int run = incl - local + (wid > 0 ? wsum[wid - 1] : 0);
+    for (int e = e0; e < e1; ++e) {
+      off[e] = run;
+      run += (cnt[e] + B - 1) / B * B;
+    }
+    if (tid == blockDim.x - 1) {
+      off[E] = run;
+      *num_post = run;
+    }
   }
   __syncthreads();
-  const int used = off[E] / B;
   for (int b = tid; b < capacity / B; b += blockDim.x) eids[b] = -1;
   __syncthreads();
   for (int e = tid; e < E; e += blockDim.x)
     for (int b = off[e] / B; b < off[e + 1] / B; ++b) eids[b] = e;
-  (void)used;
   for (int i = tid; i < numel; i += blockDim.x) {
     int e = ids[i];
     if (emap != nullptr) e = emap[e];
@@ -298,7 +322,7 @@ __global__ void reduce_kernel(const float* __restrict__ o, const float* __restri
                               void* y) {
   using T = typename Op::T;
   const int64_t t = blockIdx.x;
-  for (int n = threadIdx.x * 4; n < h; n += blockDim.x * 4) {
+  for (int n = (blockIdx.y * blockDim.x + threadIdx.x) * 4; n < h; n += gridDim.y * blockDim.x * 4) {
     float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
     for (int k = 0; k < top_k; ++k) {
       float4 v = *reinterpret_cast<const float4*>(o + (t * top_k + k) * h + n);
@@ -376,9 +400,12 @@ void launch_act_finish(bool f16, const float* partial, int np, int64_t slots, in
 void launch_reduce(bool f16, const float* o, const float* shared, int64_t m, int top_k, int h, void* y,
                    cudaStream_t s) {
   if (m == 0) return;
-  int threads = h / 4 < 256 ? ((h / 4 + 31) / 32) * 32 : 256;
-  if (f16) reduce_kernel<F16><<<static_cast<unsigned>(m), threads, 0, s>>>(o, shared, top_k, h, y);
-  else reduce_kernel<BF16><<<static_cast<unsigned>(m), threads, 0, s>>>(o, shared, top_k, h, y);
+  // one thread per 4 columns; few tokens (decode) spread a row over several blocks
+  const int threads = 128;
+  const int per_row = (h / 4 + threads - 1) / threads;
+  const dim3 grid(static_cast<unsigned>(m), m >= 64 ? 1 : per_row);
+  if (f16) reduce_kernel<F16><<<grid, threads, 0, s>>>(o, shared, top_k, h, y);
+  else reduce_kernel<BF16><<<grid, threads, 0, s>>>(o, shared, top_k, h, y);
   QMOE_CUDA_LAUNCH_OK();
 }
 

@@ -56,16 +56,41 @@ MoeScheme scheme_of(int s) {
   return m;
 }
 
+// One custom row, QMOE_BENCH_CUSTOM="E,top_k,H,I,M,scheme" (scheme 0 bf16, 1 fp8, 2 int4).
+TEST(CudaBench, CustomRow) {
+  std::string why;
+  if (!cuda_device_available(&why)) GTEST_SKIP() << "no CUDA device: skipped (" << why << ")";
+  const char* spec = std::getenv("QMOE_BENCH_CUSTOM");
+  if (spec == nullptr) GTEST_SKIP() << "set QMOE_BENCH_CUSTOM=E,top_k,H,I,M,scheme to time one row";
+  BenchProblem p;
+  int sc = 0, m = 1;
+  ASSERT_EQ(std::sscanf(spec, "%d,%d,%d,%d,%d,%d", &p.num_experts, &p.top_k, &p.hidden, &p.intermediate, &m, &sc), 6);
+  p.m = m;
+  p.shape = spec;
+  p.scheme = scheme_of(sc);
+  p.group_size = sc == 2 ? 128 : 0;
+  BenchResult r = cuda_bench(p, 3, 10);
+  std::printf("custom %s: %.1f us (%s)\n", spec, r.us, r.kernel.c_str());
+}
+
 TEST(CudaBench, AnchorRows) {
   std::string why;
   if (!cuda_device_available(&why)) GTEST_SKIP() << "no CUDA device: skipped (" << why << ")";
   if (std::getenv("QMOE_GPU_BENCH") == nullptr) GTEST_SKIP() << "set QMOE_GPU_BENCH=1 to run the anchor benchmark";
-  DeviceCeilings c = cuda_measure_ceilings();
+  // QMOE_BENCH_CEIL="read_tbps,bf16_tflops,fp8_tflops" reuses ceilings measured by an earlier
+  // process (rows run in separate processes); otherwise they are measured here.
+  DeviceCeilings c;
+  if (const char* ce = std::getenv("QMOE_BENCH_CEIL")) {
+    ASSERT_EQ(std::sscanf(ce, "%lf,%lf,%lf", &c.read_tbps, &c.bf16_tflops, &c.fp8_tflops), 3);
+    c.device = "ceilings from QMOE_BENCH_CEIL";
+  } else {
+    c = cuda_measure_ceilings();
+  }
   std::printf("ceilings: %s: read %.2f TB/s, copy %.2f TB/s, bf16 %.0f TFLOP/s, fp8 %.0f TFLOP/s\n", c.device.c_str(),
               c.read_tbps, c.copy_tbps, c.bf16_tflops, c.fp8_tflops);
   const char* out = std::getenv("QMOE_BENCH_OUT");
   std::ofstream js;
-  if (out) js.open(out);
+  if (out) js.open(out, std::ios::app);  // rows from several processes collect in one file
   const char* only = std::getenv("QMOE_BENCH_SCHEMES");  // e.g. "0,1,2"
   const char* shape_only = std::getenv("QMOE_BENCH_SHAPES");  // substring match, e.g. "qwen3"
   const char* m_only = std::getenv("QMOE_BENCH_MS");          // e.g. ",1,4096,"

@@ -1,7 +1,7 @@
 // select_config (src/cuda/config.h) is a pure function: these tests run everywhere, GPU or not.
 // They pin the regime choice (16-row tiles for decode, 128-row tiles once experts hold ~100 rows)
 // and the split-K rule (enough blocks to keep every SM streaming, never splits shorter than
-// 4 k-tiles).
+// 8 k-tiles).
 #include <gtest/gtest.h>
 
 #include "cuda/config.h"
@@ -47,9 +47,11 @@ TEST(SelectConfig, SplitsKeepEnoughKTiles) {
       ASSERT_GE(c.splits, 1);
       ASSERT_LE(c.splits, 16);
       if (c.splits > 1) {
-        EXPECT_GE(ktiles / c.splits, 4) << "k " << k << " n " << n << " splits " << c.splits;
+        EXPECT_GE(ktiles / c.splits, 8) << "k " << k << " n " << n << " splits " << c.splits;
         // splitting only happens while the grid is below two blocks per SM
-        EXPECT_LT(static_cast<int64_t>((n + 63) / 64) * (c.splits / 2), 2 * 132);
+        const int bn = tile_bn(c.tile, WFmt::kU4);
+        EXPECT_EQ(bn, 128);
+        EXPECT_LT(static_cast<int64_t>((n + bn - 1) / bn) * (c.splits / 2), 2 * 132);
       }
     }
   }
@@ -60,6 +62,14 @@ TEST(SelectConfig, LlamaDecodeDownProjectionSplits) {
   GemmConfig c = select_config(prob(1, 1, 16, 5120, 8192));
   EXPECT_EQ(c.tile, Tile::kSmall);
   EXPECT_EQ(c.splits, 4);
+}
+
+TEST(SelectConfig, NarrowWeightsWidenSmallTiles) {
+  EXPECT_EQ(tile_bn(Tile::kSmall, WFmt::k16), 64);
+  EXPECT_EQ(tile_bn(Tile::kSmall, WFmt::kFP8), 128);
+  EXPECT_EQ(tile_bn(Tile::kSmall, WFmt::kU4), 128);
+  // qwen3 int4 at M = 1, GEMM1: 8 experts x 12 column blocks = 96 blocks -> split K by 4
+  EXPECT_EQ(select_config(prob(1, 8, 128, 1536, 2048, WFmt::kU4)).splits, 4);
 }
 
 TEST(SelectConfig, ZeroAndTinyProblems) {

@@ -106,9 +106,13 @@ inline void dec4(const uint8_t* blk, __m512i tbl, __m512i off, __m512i out[4]) {
   }
 }
 // One kpair of 8-bit integer codes (32 bytes, pair layout) as bf16 values u - z (exact: |u - z| <= 255).
+// kSigned: the bytes already hold u - zsym (PackedProj::s8), sign extension replaces the subtraction.
+template <bool kSigned>
 inline __m512i dec8_int(const uint8_t* s, __m512i zlo, __m512i zhi) {
-  const __m512i d0 = _mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s))), zlo);
-  const __m512i d1 = _mm512_sub_epi32(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 16))), zhi);
+  const __m128i b0 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s));
+  const __m128i b1 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 16));
+  const __m512i d0 = kSigned ? _mm512_cvtepi8_epi32(b0) : _mm512_sub_epi32(_mm512_cvtepu8_epi32(b0), zlo);
+  const __m512i d1 = kSigned ? _mm512_cvtepi8_epi32(b1) : _mm512_sub_epi32(_mm512_cvtepu8_epi32(b1), zhi);
   // cvtne2ps(hi, lo) puts lo in words 0..15: rows 0..7 then rows 8..15, the pair layout
   return (__m512i)_mm512_cvtne2ps_pbh(_mm512_cvtepi32_ps(d1), _mm512_cvtepi32_ps(d0));
 }
@@ -159,7 +163,7 @@ void decode_bf16_tile(const PackedProj& w, const uint8_t* pc, const uint8_t* zp,
         }
         const uint8_t* s = pc + size_t(kp) * 32;
         _mm_prefetch(reinterpret_cast<const char*>(s + kPrefetch), _MM_HINT_T0);
-        _mm512_store_si512(out + size_t(i) * 32, dec8_int(s, zlo, zhi));
+        _mm512_store_si512(out + size_t(i) * 32, w.s8 ? dec8_int<true>(s, zlo, zhi) : dec8_int<false>(s, zlo, zhi));
       }
       break;
     }
@@ -534,7 +538,8 @@ void fused_panels(const GemmJob& j, int h0, const float* sc) {
         if constexpr (C == CodeKind::kBF16) {
           for (int i = 0; i < 4; ++i) v[h][i] = _mm512_load_si512(src + 64 * i);
         } else if constexpr (C == CodeKind::kInt8) {
-          for (int i = 0; i < 4; ++i) v[h][i] = dec8_int(src + 32 * i, zlo[h], zhi[h]);
+          // symmetric int8 is always stored signed (s8), asymmetric never
+          for (int i = 0; i < 4; ++i) v[h][i] = dec8_int<!kAsym>(src + 32 * i, zlo[h], zhi[h]);
         } else if constexpr (C == CodeKind::kFp8) {
           dec_fp8(src, tbl, v[h]);
           dec_fp8(src + 64, tbl, v[h] + 2);

@@ -156,6 +156,7 @@ PackedProj pack_proj(const ExpertWeights& w, const ProjWeights& p, bool is_w13) 
   o.zsym = int_codes ? (1 << (bits - 1)) : 0;
   o.has_zp = p.zero_point.defined();
   if (o.has_zp) QMOE_CHECK(int_codes, kBadInput, "CPU backend: ", name, ": zero point on non-integer weights");
+  o.s8 = o.code == CodeKind::kInt8 && !o.has_zp;
 
   if (G > 0) {
     o.group = G;
@@ -224,6 +225,8 @@ PackedProj pack_proj(const ExpertWeights& w, const ProjWeights& p, bool is_w13) 
         if (four) {
           uint8_t c = codec::nibble_at(srow, k);
           dst[idx] |= static_cast<uint8_t>(nib ? c << 4 : c);
+        } else if (o.s8) {
+          dst[idx] = static_cast<uint8_t>(int(srow[k]) - o.zsym);  // u - 128 as a two's complement byte
         } else {
           std::memcpy(dst + idx * es, srow + size_t(k) * es, es);
         }

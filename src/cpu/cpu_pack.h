@@ -74,6 +74,9 @@ struct PackedProj {
   // Integer zero point: `zsym` for symmetric codes; asym: [E][num_panels][zp_groups][16] U8,
   // group of k = k / zp_group (zp_group = k_pad for channel).
   int zsym = 0;
+  // kInt8 without zero points: the codes are stored as the signed value u - zsym (a two's
+  // complement byte), so the kernels sign-extend instead of subtracting the zero point.
+  bool s8 = false;
   bool has_zp = false;
   int zp_group = 0, zp_groups = 1;
   AlignedBytes zp;

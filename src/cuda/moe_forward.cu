@@ -175,9 +175,10 @@ void fill_gemm_common(GemmParams& g, const DevProj& pr, const ExpertsPlan& pl, i
   g.bias = pr.bias.as<float>();
 }
 
-int mode_of(const DevProj& pr) {
+int mode_of(const DevProj& pr, ActQuant aq) {
   if (pr.fmt == WFmt::k16) return 0;
   if (pr.g_idx.ptr != nullptr) return 2;
+  if (pr.fmt == WFmt::kFP8 && chunk_of(pr, aq) >= pr.kp) return 3;  // one scale pair for all of K
   return 1;
 }
 
@@ -235,7 +236,7 @@ void run_experts(const DevExperts& ex, const ExpertsPlan& pl, const void* x, con
     g1.partial = pl.partial;
     g1.bias = nullptr;  // added by act_finish
   }
-  launch_moe_gemm(f16, ex.fmt, mode_of(ex.w13), pl.c1.tile, g1, s);
+  launch_moe_gemm(f16, ex.fmt, mode_of(ex.w13, ex.act_quant), pl.c1.tile, g1, s);
   if (pl.c1.splits > 1)
     launch_act_finish(f16, pl.partial, ex.w13.np, pl.numel, I, g1.act, ex.w13.bias.as<float>(), topk_ids, emap, pl.h,
                       I, s);
@@ -278,7 +279,7 @@ void run_experts(const DevExperts& ex, const ExpertsPlan& pl, const void* x, con
   g2.topk_w = on_input ? nullptr : topk_w;
   if (pl.c2.splits > 1 || emap != nullptr)
     QMOE_CUDA_OK(cudaMemsetAsync(pl.o, 0, static_cast<size_t>(pl.numel) * H * 4, s));
-  launch_moe_gemm(f16, ex.fmt, mode_of(ex.w2), pl.c2.tile, g2, s);
+  launch_moe_gemm(f16, ex.fmt, mode_of(ex.w2, ex.act_quant), pl.c2.tile, g2, s);
 }
 
 }  // namespace

@@ -163,7 +163,7 @@ __global__ void __launch_bounds__(C::kThreads) moe_gemm_kernel(const GemmParams 
   float cs[C::NT][2][2];
   float rsc[C::MI][2];
   auto load_scales = [&](int k0) {
-    if constexpr (MODE == 1) {
+    if constexpr (MODE == 1 || MODE == 3) {
       const int g = p.kchunk > 0 ? min(k0 / p.kchunk, p.kg - 1) : 0;
 #pragma unroll
       for (int nt = 0; nt < C::NT; ++nt)
@@ -253,7 +253,7 @@ __global__ void __launch_bounds__(C::kThreads) moe_gemm_kernel(const GemmParams 
             b[nt][j][0] = wv[j * 2];
             b[nt][j][1] = wv[j * 2 + 1];
           }
-        } else if constexpr (MODE == 1) {
+        } else if constexpr (MODE == 1 || MODE == 3) {
 #pragma unroll
           for (int j = 0; j < 2; ++j)
 #pragma unroll
@@ -321,6 +321,20 @@ __global__ void __launch_bounds__(C::kThreads) moe_gemm_kernel(const GemmParams 
     }
   }
   cp_async_wait<0>();
+  if constexpr (MODE == 3) {
+    // one scale pair for the whole K (fp8 tensor / channel weights, token / tensor activations):
+    // the exact fp32 sum is scaled once, as numerics.md's product order says
+#pragma unroll
+    for (int mi = 0; mi < C::MI; ++mi)
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int nt = 0; nt < C::NT; ++nt)
+#pragma unroll
+          for (int j = 0; j < 2; ++j)
+#pragma unroll
+            for (int e2 = 0; e2 < 2; ++e2) acc[mi][nt][j][h * 2 + e2] *= rsc[mi][h] * cs[nt][j][e2];
+  }
 
   // ---- epilogue ----
   auto val = [&](int mi, int nt, int j, int c) -> float {
@@ -403,7 +417,8 @@ template <class Op, class C>
 void launch_fmt(WFmt fmt, int mode, const GemmParams& p, cudaStream_t s) {
   switch (fmt) {
     case WFmt::k16: return launch_one<Op, C, WFmt::k16, 0>(p, s);
-    case WFmt::kFP8: return launch_one<Op, C, WFmt::kFP8, 1>(p, s);
+    case WFmt::kFP8:
+      return mode == 3 ? launch_one<Op, C, WFmt::kFP8, 3>(p, s) : launch_one<Op, C, WFmt::kFP8, 1>(p, s);
     case WFmt::kU4:
       return mode == 2 ? launch_one<Op, C, WFmt::kU4, 2>(p, s) : launch_one<Op, C, WFmt::kU4, 1>(p, s);
     case WFmt::kU8:
@@ -419,7 +434,8 @@ void launch_tile(WFmt fmt, int mode, Tile tile, const GemmParams& p, cudaStream_
                                              : launch_one<Op, Small4Cfg, WFmt::kU4, 1>(p, s);
       if (fmt == WFmt::kU8) return mode == 2 ? launch_one<Op, Small8Cfg, WFmt::kU8, 2>(p, s)
                                              : launch_one<Op, Small8Cfg, WFmt::kU8, 1>(p, s);
-      if (fmt == WFmt::kFP8) return launch_one<Op, Small8Cfg, WFmt::kFP8, 1>(p, s);
+      if (fmt == WFmt::kFP8) return mode == 3 ? launch_one<Op, Small8Cfg, WFmt::kFP8, 3>(p, s)
+                                              : launch_one<Op, Small8Cfg, WFmt::kFP8, 1>(p, s);
       return launch_one<Op, SmallCfg, WFmt::k16, 0>(p, s);
     case Tile::kMedium: return launch_fmt<Op, MediumCfg>(fmt, mode, p, s);
     case Tile::kLarge:

@@ -45,7 +45,8 @@ struct GemmParams {
   const float* topk_w = nullptr;    // stage 2: router weight per slot (null: 1)
 };
 
-// mode: 0 plain 16-bit weights, 1 exact operands + per-chunk scales, 2 per-element (g_idx).
+// mode: 0 plain 16-bit weights, 1 exact operands + per-chunk scales, 2 per-element (g_idx),
+// 3 (fp8 only) exact operands + one scale pair for the whole K (no chunk accumulators).
 // N extent of one block of `tile` for weights `fmt` (grid sizing is internal; this is for logs).
 int tile_bn_for(Tile tile, WFmt fmt);
 void launch_moe_gemm(bool f16, WFmt fmt, int mode, Tile tile, const GemmParams& p, cudaStream_t s);

@@ -13,8 +13,9 @@
 namespace qmoe::cpu {
 
 // Up to this many activation rows per expert a job is a weight stream (the AVX-512 kernels fuse
-// decode and dot; the layer splits jobs statically).
-constexpr int kFewRows = 4;
+// decode and dot): the layer hands jobs out in contiguous runs, so each thread streams adjacent
+// panels (the prefetch running past a job's end lands in the next job).
+constexpr int kFewRows = 12;
 
 struct GemmJob {
   const PackedProj* w = nullptr;

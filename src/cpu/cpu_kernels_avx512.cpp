@@ -454,7 +454,7 @@ bool run_s8(const GemmJob& j) {
 // 16 scales into the running sums: the same per-group factoring as the batched kernel, only the
 // fp32 summation order inside a group differs. The bf16-pair products are exact (both operands
 // exact bf16 values, 8 x 8 significant bits), so the pairing itself rounds nothing.
-constexpr int kFusedMaxT = 12;
+constexpr int kFusedMaxT = kFewRows;
 // Software prefetch in each panel's stream: 8 KiB ahead into L2 (prefetcht1). On the 2-core
 // development machine this sustained 15-20% more bytes per core than 1-2 KiB into L1 (L1 miss
 // buffers limit the lines in flight; the L2 holds more).

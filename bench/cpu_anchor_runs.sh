@@ -10,9 +10,16 @@ build=${1:?build dir}; out=${2:?output dir}; max_load=${3:-2.0}; max_wait=${4:-3
 mkdir -p "$out"
 for shape in qwen3-30b-a3b mixtral-8x7b llama4-scout; do
   for scheme in bf16 int4-g32 int8 mxfp4 nvfp4; do
-    waited=0
-    while awk -v m="$max_load" '{exit !($1 >= m)}' /proc/loadavg && [ "$waited" -lt "$max_wait" ]; do
-      sleep 10; waited=$((waited + 10))
+    # start when the 1-minute load is below max_load and nothing else has been runnable for 5 s
+    # (the 4th field of /proc/loadavg counts runnable tasks, this check included)
+    waited=0 quiet=0
+    while [ "$waited" -lt "$max_wait" ]; do
+      if awk -v m="$max_load" '{split($4, r, "/"); exit !($1 < m && r[1] <= 1)}' /proc/loadavg; then
+        quiet=$((quiet + 1)); [ "$quiet" -ge 5 ] && break
+      else
+        quiet=0
+      fi
+      sleep 1; waited=$((waited + 1))
     done
     tag="$shape.$scheme.$(date +%H%M%S)"
     echo "$(date +%T) load $(cut -d' ' -f1 /proc/loadavg): $shape $scheme" >&2

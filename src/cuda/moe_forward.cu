@@ -3,6 +3,7 @@
 // of h) -> GEMM2 + router weight -> sum over top-k (+ shared expert) -> rounding. The workspace is
 // carved by one Plan so workspace_bytes() and forward() agree.
 #include <algorithm>
+#include <cstdlib>
 
 #include "cuda/cuda_moe.h"
 #include "cuda/device_common.cuh"
@@ -68,6 +69,15 @@ int chunk_of(const DevProj& pr, ActQuant aq) {
   return c;
 }
 
+// Tuning knob for measurements: QMOE_CUDA_SPLIT_CAP1 / _CAP2 cap the K splits of GEMM1 / GEMM2
+// (unset: select_config's choice).
+int split_cap(int which) {
+  static const int caps[2] = {
+      std::getenv("QMOE_CUDA_SPLIT_CAP1") ? std::max(1, std::atoi(std::getenv("QMOE_CUDA_SPLIT_CAP1"))) : 1 << 20,
+      std::getenv("QMOE_CUDA_SPLIT_CAP2") ? std::max(1, std::atoi(std::getenv("QMOE_CUDA_SPLIT_CAP2"))) : 1 << 20};
+  return caps[which - 1];
+}
+
 struct Carve {
   size_t off = 0;
   char* base = nullptr;
@@ -108,6 +118,8 @@ struct ExpertsPlan {
     c2.tile = c1.tile;  // one align for both GEMMs
     bm = tile_bm(c1.tile);
     if (c2.tile == Tile::kLarge) c2.splits = 1;
+    c1.splits = std::min(c1.splits, split_cap(1));
+    c2.splits = std::min(c2.splits, split_cap(2));
     cap = align_capacity(static_cast<int>(numel), ex.num_experts, bm);
     sorted = cv.take<int32_t>(cap);
     eids = cv.take<int32_t>(cap / bm);

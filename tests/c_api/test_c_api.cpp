@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/c_api_views.h"
 #include "common/tensor_check.h"
 #include "cpu/ref/quantize.h"
 #include "models/gen.h"
@@ -22,48 +23,10 @@
 namespace qmoe {
 namespace {
 
-qmoe_tensor_t view(const Tensor& t) {
-  qmoe_tensor_t c;
-  std::memset(&c, 0, sizeof(c));
-  if (!t.defined()) return c;
-  c.data = const_cast<void*>(t.raw());
-  c.dtype = static_cast<int32_t>(t.dtype());
-  c.ndim = static_cast<int32_t>(t.dim());
-  for (int64_t i = 0; i < t.dim(); ++i) c.shape[i] = t.size(i);
-  c.device = QMOE_DEVICE_CPU;
-  return c;
-}
-qmoe_tensor_t out_view(Tensor& t) {
-  qmoe_tensor_t c = view(t);
-  c.data = t.raw_mut();
-  return c;
-}
-
-qmoe_proj_tensors_t proj_view(const ProjWeights& p) {
-  return {view(p.weight), view(p.scale), view(p.zero_point), view(p.g_idx), view(p.global_scale),
-          view(p.input_scale), view(p.bias)};
-}
-
-// Only what an engine knows without qmoe's QuantArgs: kind, sizes, group / block, act dtype.
-qmoe_expert_weights_t experts_view(const ExpertWeights& w) {
-  qmoe_expert_weights_t c;
-  qmoe_expert_weights_init(&c);
-  c.scheme = static_cast<int32_t>(w.scheme.kind);
-  c.num_experts = w.num_experts;
-  c.hidden = w.hidden;
-  c.intermediate = w.intermediate;
-  c.group_size = w.group_size;
-  c.block_n = w.block[0];
-  c.block_k = w.block[1];
-  c.act_dtype = static_cast<int32_t>(w.act_dtype);
-  c.w13 = proj_view(w.w13);
-  c.w2 = proj_view(w.w2);
-  return c;
-}
-
-bool same_bits(const Tensor& a, const Tensor& b) {
-  return a.dtype() == b.dtype() && a.shape() == b.shape() && std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
-}
+using test::experts_view;
+using test::host_view;
+using test::out_view;
+using test::same_bits;
 
 struct SchemeCase {
   const char* name;
@@ -205,13 +168,13 @@ TEST_P(CApiScheme, SameSchemeAndBitsAsTheCppLayer) {
     EXPECT_EQ(std::string(p.method_name), cpp->method_name());
     Tensor expect = cpp->forward(x, logits);
     Tensor y(w.act_dtype, {m, w.hidden});
-    qmoe_tensor_t xt = view(x), lt = view(logits), yt = out_view(y);
+    qmoe_tensor_t xt = host_view(x), lt = host_view(logits), yt = out_view(y);
     ASSERT_EQ(qmoe_layer_forward(layer, &xt, &lt, &yt, nullptr), QMOE_OK) << qmoe_last_error();
     EXPECT_TRUE(same_bits(y, expect)) << sc.name << ": C ABI output differs from MoeLayer::forward";
     // fused_experts on the same routing: same bits again.
     RoutingResult r = route(logits, cfg.router);
     Tensor y2(w.act_dtype, {m, w.hidden});
-    qmoe_tensor_t wt = view(r.topk_weights), it = view(r.topk_ids), y2t = out_view(y2);
+    qmoe_tensor_t wt = host_view(r.topk_weights), it = host_view(r.topk_ids), y2t = out_view(y2);
     ASSERT_EQ(qmoe_fused_experts(&d, &xt, &wt, &it, &y2t, nullptr), QMOE_OK) << qmoe_last_error();
     EXPECT_TRUE(same_bits(y2, expect)) << sc.name << ": fused_experts differs from MoeLayer::forward";
     qmoe_layer_free(layer);
@@ -250,7 +213,7 @@ TEST(CApiLayer, CopiedWeightsOutliveTheCallersBuffers) {
   std::memset(copy.w13.weight.raw_mut(), 0x5a, copy.w13.weight.nbytes());
   std::memset(copy.w2.weight.raw_mut(), 0x5a, copy.w2.weight.nbytes());
   Tensor y(DType::kBF16, {3, 64});
-  qmoe_tensor_t xt = view(x), lt = view(logits), yt = out_view(y);
+  qmoe_tensor_t xt = host_view(x), lt = host_view(logits), yt = out_view(y);
   ASSERT_EQ(qmoe_layer_forward(layer, &xt, &lt, &yt, nullptr), QMOE_OK) << qmoe_last_error();
   EXPECT_TRUE(same_bits(y, expect));
   qmoe_layer_free(layer);
@@ -351,7 +314,7 @@ TEST_F(CApiCheckpoint, LoadsTheSameLayersAsLoadModel) {
         ck = nullptr;
       }
       Tensor y(s.experts.act_dtype, {m, 256});
-      qmoe_tensor_t xt = view(x), lt = view(logits), yt = out_view(y);
+      qmoe_tensor_t xt = host_view(x), lt = host_view(logits), yt = out_view(y);
       ASSERT_EQ(qmoe_layer_forward(layer, &xt, &lt, &yt, nullptr), QMOE_OK) << qmoe_last_error();
       EXPECT_TRUE(same_bits(y, expect)) << "layer " << i;
       qmoe_layer_free(layer);

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "common/moe_cases.h"
 #include "common/tensor_check.h"
 #include "cpu/ref/quantize.h"
 #include "cpu/ref/reference.h"
@@ -20,6 +21,7 @@ namespace qmoe {
 namespace {
 
 using ref::SchemeSpec;
+using test::config;
 
 struct Case {
   std::string name;
@@ -121,14 +123,6 @@ void random_routing(int64_t M, int k, int E, uint64_t seed, Tensor& w, Tensor& i
       w.data_mut<float>()[t * k + j] = 0.1f + 0.9f * std::uniform_real_distribution<float>(0, 1)(rng);
     }
   }
-}
-
-MoeConfig config(int E, int k, Activation act) {
-  MoeConfig c;
-  c.num_experts = E;
-  c.router.top_k = k;
-  c.activation = act;
-  return c;
 }
 
 void expect_matches_oracle(const ExpertWeights& w, const MoeConfig& cfg, const ExpertWeights* shared, const Tensor& x,

@@ -9,6 +9,7 @@
 
 #include <cstring>
 
+#include "common/c_api_views.h"
 #include "common/tensor_check.h"
 #include "cpu/ref/quantize.h"
 #include "qmoe/c_api.h"
@@ -53,41 +54,9 @@ struct DevTensor {
   }
 };
 
-qmoe_tensor_t host_view(const Tensor& t) {
-  qmoe_tensor_t c{};
-  if (!t.defined()) return c;
-  c.data = const_cast<void*>(t.raw());
-  c.dtype = static_cast<int32_t>(t.dtype());
-  c.ndim = static_cast<int32_t>(t.dim());
-  for (int64_t i = 0; i < t.dim(); ++i) c.shape[i] = t.size(i);
-  c.device = QMOE_DEVICE_CPU;
-  return c;
-}
-
-qmoe_expert_weights_t experts_view(const ExpertWeights& w) {
-  qmoe_expert_weights_t c;
-  qmoe_expert_weights_init(&c);
-  c.scheme = static_cast<int32_t>(w.scheme.kind);
-  c.num_experts = w.num_experts;
-  c.hidden = w.hidden;
-  c.intermediate = w.intermediate;
-  c.group_size = w.group_size;
-  c.block_n = w.block[0];
-  c.block_k = w.block[1];
-  c.act_dtype = static_cast<int32_t>(w.act_dtype);
-  auto pv = [](const ProjWeights& p) {
-    return qmoe_proj_tensors_t{host_view(p.weight),       host_view(p.scale),       host_view(p.zero_point),
-                               host_view(p.g_idx),        host_view(p.global_scale), host_view(p.input_scale),
-                               host_view(p.bias)};
-  };
-  c.w13 = pv(w.w13);
-  c.w2 = pv(w.w2);
-  return c;
-}
-
-bool same_bits(const Tensor& a, const Tensor& b) {
-  return a.shape() == b.shape() && a.dtype() == b.dtype() && std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
-}
+using test::experts_view;
+using test::host_view;
+using test::same_bits;
 
 class CApiCuda : public ::testing::TestWithParam<int> {};
 

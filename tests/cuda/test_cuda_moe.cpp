@@ -26,6 +26,7 @@
 #include <random>
 #include <set>
 
+#include "common/cuda_moe_cases.h"
 #include "common/tensor_check.h"
 #include "cpu/ref/quantize.h"
 #include "cpu/ref/reference.h"
@@ -36,43 +37,15 @@ namespace qmoe {
 namespace {
 
 using cuda::DevBuf;
-
-#define SKIP_WITHOUT_GPU()                                          \
-  do {                                                              \
-    std::string why_;                                               \
-    if (!cuda::device_present(&why_))                               \
-      GTEST_SKIP() << "no CUDA device: skipped (" << why_ << ")";   \
-  } while (0)
+using test::Case;
+using test::Routing;
+using test::config;
+using test::make_weights;
+using test::random_routing;
+using test::run_device;
+using test::up;
 
 void ck(cudaError_t e) { ASSERT_EQ(e, cudaSuccess) << cudaGetErrorString(e); }
-
-DevBuf up(const void* p, size_t n) {
-  DevBuf b(n + 16);
-  if (n) cudaMemcpy(b.ptr, p, n, cudaMemcpyHostToDevice);
-  return b;
-}
-
-// Uniform random distinct ids per token (or custom), random positive weights.
-struct Routing {
-  Tensor w, ids;
-};
-Routing random_routing(int64_t m, int k, int E, uint64_t seed, int mode = 0) {
-  Routing r{Tensor(DType::kF32, {m, k}), Tensor(DType::kI32, {m, k})};
-  std::mt19937_64 rng(seed);
-  std::vector<int> perm(E);
-  for (int64_t t = 0; t < m; ++t) {
-    std::iota(perm.begin(), perm.end(), 0);
-    std::shuffle(perm.begin(), perm.end(), rng);
-    for (int j = 0; j < k; ++j) {
-      int id = perm[j];
-      if (mode == 1) id = (5 + j) % E;                        // all tokens on the same experts
-      if (mode == 2 && id == 3) id = perm[k];                 // expert 3 never chosen
-      r.ids.data_mut<int32_t>()[t * k + j] = id;
-      r.w.data_mut<float>()[t * k + j] = std::uniform_real_distribution<float>(0.05f, 1.f)(rng);
-    }
-  }
-  return r;
-}
 
 struct Tol {
   double c = std::ldexp(1.0, -6), nmse = 1e-5;
@@ -111,33 +84,6 @@ void expect_close(const Tensor& got, const Tensor& want, const Tol& t, const std
   EXPECT_LE(r.nmse, t.nmse) << what << ": NMSE " << r.nmse;
 }
 
-// Runs the device entry on host inputs with a poisoned output.
-Tensor run_device(const cuda::DevExperts& ex, const cuda::DevExperts* sh, const Tensor& x, const Routing& r,
-                  bool on_input, const std::vector<int32_t>& emap = {}) {
-  const int64_t m = x.size(0);
-  const int k = static_cast<int>(r.ids.size(1));
-  DevBuf dx = up(x.raw(), x.nbytes()), dw = up(r.w.raw(), r.w.nbytes()), di = up(r.ids.raw(), r.ids.nbytes());
-  DevBuf dm = emap.empty() ? DevBuf() : up(emap.data(), emap.size() * 4);
-  DevBuf dy(static_cast<size_t>(m) * ex.hidden * 2 + 16);
-  cudaMemset(dy.ptr, 0xFF, dy.bytes);  // poison
-  cuda::Workspace ws;
-  ws.reserve(cuda::workspace_bytes(ex, sh, m, k, 0));
-  cudaMemset(ws.buf.ptr, 0xFF, ws.bytes);  // stale workspace must not matter
-  cuda::ForwardArgs a;
-  a.x = dx.ptr; a.topk_w = dw.as<float>(); a.topk_ids = di.as<int32_t>(); a.y = dy.ptr;
-  a.m = m; a.top_k = k; a.expert_map = emap.empty() ? nullptr : dm.as<int32_t>(); a.weight_on_input = on_input;
-  cuda::forward(ex, sh, a, ws.buf.ptr, nullptr);
-  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  Tensor y(ex.act, {m, ex.hidden});
-  cudaMemcpy(y.raw_mut(), dy.ptr, y.nbytes(), cudaMemcpyDeviceToHost);
-  return y;
-}
-
-struct Case {
-  std::string name;
-  ref::SchemeSpec spec;
-};
-
 std::vector<Case> all_schemes() {
   std::vector<Case> v;
   auto add = [&](std::string n, auto f) {
@@ -174,25 +120,6 @@ std::vector<Case> all_schemes() {
     s.kind = SchemeKind::kFP8W8A8; s.fp8_strategy = Strategy::kChannel; s.act = ActQuant::kFP8Token;
     s.act_dtype = DType::kF16; });
   return v;
-}
-
-ExpertWeights make_weights(const ref::SchemeSpec& spec, int E, int H, int I, uint64_t seed) {
-  ref::RandomWeightsSpec r;
-  r.scheme = spec;
-  r.num_experts = E;
-  r.hidden = H;
-  r.intermediate = I;
-  r.seed = seed;
-  return ref::make_random_expert_weights(r);
-}
-
-MoeConfig config(int E, int k, Activation act = Activation::kSiluMul, bool on_input = false) {
-  MoeConfig c;
-  c.num_experts = E;
-  c.router.top_k = k;
-  c.router.apply_router_weight_on_input = on_input;
-  c.activation = act;
-  return c;
 }
 
 // ---- every scheme x every M on a scaled shape (E not a power of two, H / I not multiples of 64) ----

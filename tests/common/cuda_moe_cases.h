@@ -1,0 +1,54 @@
+// Header-only helpers shared by the CUDA MoE tests (tests/cuda), on top of moe_cases.h: the no-GPU
+// skip, host-to-device upload, and the raw device entry run on host inputs with poisoned output
+// and workspace. Included only by CUDA builds' test sources (the includer guards on QMOE_HAVE_CUDA).
+#pragma once
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "common/moe_cases.h"
+#include "cuda/cuda_moe.h"
+
+#define SKIP_WITHOUT_GPU()                                          \
+  do {                                                              \
+    std::string why_;                                               \
+    if (!::qmoe::cuda::device_present(&why_))                       \
+      GTEST_SKIP() << "no CUDA device: skipped (" << why_ << ")";   \
+  } while (0)
+
+namespace qmoe::test {
+
+// A device copy of n host bytes (16 spare bytes, so n = 0 still gives a valid pointer).
+inline cuda::DevBuf up(const void* p, size_t n) {
+  cuda::DevBuf b(n + 16);
+  if (n) cudaMemcpy(b.ptr, p, n, cudaMemcpyHostToDevice);
+  return b;
+}
+
+// The device entry on host inputs, output and workspace poisoned (0xFF bytes = NaN), so a stale
+// workspace or an unwritten output element fails the comparison.
+inline Tensor run_device(const cuda::DevExperts& ex, const cuda::DevExperts* sh, const Tensor& x, const Routing& r,
+                         bool on_input, const std::vector<int32_t>& emap = {}) {
+  const int64_t m = x.size(0);
+  const int k = static_cast<int>(r.ids.size(1));
+  cuda::DevBuf dx = up(x.raw(), x.nbytes()), dw = up(r.w.raw(), r.w.nbytes()),
+               di = up(r.ids.raw(), r.ids.nbytes());
+  cuda::DevBuf dm = emap.empty() ? cuda::DevBuf() : up(emap.data(), emap.size() * 4);
+  cuda::DevBuf dy(static_cast<size_t>(m) * ex.hidden * 2 + 16);
+  cudaMemset(dy.ptr, 0xFF, dy.bytes);
+  cuda::Workspace ws;
+  ws.reserve(cuda::workspace_bytes(ex, sh, m, k, 0));
+  cudaMemset(ws.buf.ptr, 0xFF, ws.bytes);
+  cuda::ForwardArgs a;
+  a.x = dx.ptr; a.topk_w = dw.as<float>(); a.topk_ids = di.as<int32_t>(); a.y = dy.ptr;
+  a.m = m; a.top_k = k; a.expert_map = emap.empty() ? nullptr : dm.as<int32_t>(); a.weight_on_input = on_input;
+  cuda::forward(ex, sh, a, ws.buf.ptr, nullptr);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  Tensor y(ex.act, {m, ex.hidden});
+  cudaMemcpy(y.raw_mut(), dy.ptr, y.nbytes(), cudaMemcpyDeviceToHost);
+  return y;
+}
+
+}  // namespace qmoe::test

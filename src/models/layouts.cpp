@@ -511,30 +511,22 @@ float single_value(const Tensor& t, const char* what) {
 }
 
 // Interleaved rows (gate0, up0, gate1, up1, ...) <-> gate rows then up rows, along dim 1 of [E, 2I, ...].
-Tensor deinterleave_rows(const Tensor& t) {
+// File row n (interleaved) is split row (n even: gate) n / 2, (n odd: up) I + n / 2.
+Tensor permute_gate_up_rows(const Tensor& t, bool to_split) {
   const int64_t E = t.size(0), N = t.size(1), row = t.nbytes() / std::max<int64_t>(E * N, 1), I = N / 2;
   Tensor r(t.dtype(), t.shape());
   const auto* s = static_cast<const uint8_t*>(t.raw());
   auto* d = static_cast<uint8_t*>(r.raw_mut());
   for (int64_t e = 0; e < E; ++e)
     for (int64_t n = 0; n < N; ++n) {
-      int64_t dst = (n % 2 == 0) ? n / 2 : I + n / 2;  // even file rows are gate
-      memcpy(d + (e * N + dst) * row, s + (e * N + n) * row, row);
+      const int64_t split = (n % 2 == 0) ? n / 2 : I + n / 2;
+      const int64_t src = to_split ? n : split, dst = to_split ? split : n;
+      memcpy(d + (e * N + dst) * row, s + (e * N + src) * row, row);
     }
   return r;
 }
-Tensor interleave_rows(const Tensor& t) {
-  const int64_t E = t.size(0), N = t.size(1), row = t.nbytes() / std::max<int64_t>(E * N, 1), I = N / 2;
-  Tensor r(t.dtype(), t.shape());
-  const auto* s = static_cast<const uint8_t*>(t.raw());
-  auto* d = static_cast<uint8_t*>(r.raw_mut());
-  for (int64_t e = 0; e < E; ++e)
-    for (int64_t n = 0; n < N; ++n) {
-      int64_t src = (n % 2 == 0) ? n / 2 : I + n / 2;
-      memcpy(d + (e * N + n) * row, s + (e * N + src) * row, row);
-    }
-  return r;
-}
+Tensor deinterleave_rows(const Tensor& t) { return permute_gate_up_rows(t, true); }
+Tensor interleave_rows(const Tensor& t) { return permute_gate_up_rows(t, false); }
 
 }  // namespace
 

@@ -165,50 +165,28 @@ float row_scale(const ProjView& v, int64_t e, int64_t n, int64_t g) {
 void dequant_row(const ProjView& v, int64_t e, int64_t n, float* out) {
   decode_row_codes(v, e, n, out);
   const int64_t K = v.K;
+  // Multiplies each K-group of `gsize` (the last one may be partial; gsize = K: one scale for the
+  // row) by its scale, then by `outer` (NVFP4's global scale: e2m1 * e4m3 is exact, then * g;
+  // elsewhere 1, an exact no-op).
+  auto scale_groups = [&](int64_t gsize, float outer = 1.f) {
+    for (int64_t g = 0, k0 = 0; k0 < K; ++g, k0 += gsize) {
+      const float s = row_scale(v, e, n, g);
+      const int64_t k1 = std::min(K, k0 + gsize);
+      for (int64_t k = k0; k < k1; ++k) out[k] = (out[k] * s) * outer;
+    }
+  };
   switch (v.kind) {
     case WKind::kDense: break;
     case WKind::kInt:
       if (v.p->g_idx.defined()) {
         for (int64_t k = 0; k < K; ++k) out[k] *= row_scale(v, e, n, group_of(v, e, k));
-      } else if (v.group > 0) {
-        for (int64_t g = 0, k0 = 0; k0 < K; ++g, k0 += v.group) {
-          const float s = row_scale(v, e, n, g);
-          const int64_t k1 = std::min(K, k0 + v.group);
-          for (int64_t k = k0; k < k1; ++k) out[k] *= s;
-        }
       } else {
-        const float s = row_scale(v, e, n, 0);
-        for (int64_t k = 0; k < K; ++k) out[k] *= s;
+        scale_groups(v.group > 0 ? v.group : K);
       }
       break;
-    case WKind::kFP8:
-      if (v.strat == Strategy::kBlock) {
-        for (int64_t g = 0, k0 = 0; k0 < K; ++g, k0 += v.bk) {
-          const float s = row_scale(v, e, n, g);
-          const int64_t k1 = std::min(K, k0 + v.bk);
-          for (int64_t k = k0; k < k1; ++k) out[k] *= s;
-        }
-      } else {
-        const float s = row_scale(v, e, n, 0);
-        for (int64_t k = 0; k < K; ++k) out[k] *= s;
-      }
-      break;
-    case WKind::kNVFP4: {
-      const float gs = v.p->global_scale.data<float>()[e * v.shards + v.shard_of(n)];
-      for (int64_t g = 0, k0 = 0; k0 < K; ++g, k0 += 16) {
-        const float s = row_scale(v, e, n, g);
-        const int64_t k1 = std::min(K, k0 + 16);
-        for (int64_t k = k0; k < k1; ++k) out[k] = (out[k] * s) * gs;  // e2m1 * e4m3 exact, then * g
-      }
-      break;
-    }
-    case WKind::kMXFP4:
-      for (int64_t g = 0, k0 = 0; k0 < K; ++g, k0 += 32) {
-        const float s = row_scale(v, e, n, g);
-        const int64_t k1 = std::min(K, k0 + 32);
-        for (int64_t k = k0; k < k1; ++k) out[k] *= s;
-      }
-      break;
+    case WKind::kFP8: scale_groups(v.strat == Strategy::kBlock ? v.bk : K); break;
+    case WKind::kNVFP4: scale_groups(16, v.p->global_scale.data<float>()[e * v.shards + v.shard_of(n)]); break;
+    case WKind::kMXFP4: scale_groups(32); break;
   }
 }
 

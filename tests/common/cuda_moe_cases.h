@@ -1,14 +1,17 @@
 // Header-only helpers shared by the CUDA MoE tests (tests/cuda), on top of moe_cases.h: the no-GPU
-// skip, host-to-device upload, and the raw device entry run on host inputs with poisoned output
-// and workspace. Included only by CUDA builds' test sources (the includer guards on QMOE_HAVE_CUDA).
+// skip, host-to-device upload, the raw device entry run on host inputs with poisoned output and
+// workspace, and the rms-scaled all-elements comparison (each test file explains its tolerances). Included only by CUDA builds' test sources (the includer guards on QMOE_HAVE_CUDA).
 #pragma once
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <string>
 #include <vector>
 
 #include "common/moe_cases.h"
+#include "common/tensor_check.h"
 #include "cuda/cuda_moe.h"
 
 #define SKIP_WITHOUT_GPU()                                          \
@@ -49,6 +52,23 @@ inline Tensor run_device(const cuda::DevExperts& ex, const cuda::DevExperts* sh,
   Tensor y(ex.act, {m, ex.hidden});
   cudaMemcpy(y.raw_mut(), dy.ptr, y.nbytes(), cudaMemcpyDeviceToHost);
   return y;
+}
+
+// Every element within atol = c * rms(want) plus 2 half-ulps of want's dtype relative (the output's
+// own rounding), and the whole-output NMSE <= nmse. require_nonzero: an all-zero reference fails
+// (a test on it would prove nothing).
+inline void expect_close_rms(const Tensor& got, const Tensor& want, double c, double nmse, const std::string& what,
+                             bool require_nonzero) {
+  std::vector<double> wv = values(want);
+  double ss = 0;
+  for (double v : wv) ss += v * v;
+  const double rms = std::sqrt(ss / std::max<size_t>(1, wv.size()));
+  if (require_nonzero) {
+    ASSERT_GT(rms, 0.0) << what << ": the reference output is all zeros (the test would prove nothing)";
+  }
+  CompareResult r = compare(got, wv, c * rms, 2 * half_ulp_rel(want.dtype()));
+  EXPECT_TRUE(r.ok) << r.report(what);
+  EXPECT_LE(r.nmse, nmse) << what << ": NMSE " << r.nmse;
 }
 
 }  // namespace qmoe::test

@@ -75,13 +75,7 @@ ExpertWeights rounded_dense(const ExpertWeights& w) {
 }
 
 void expect_close(const Tensor& got, const Tensor& want, const Tol& t, const std::string& what) {
-  std::vector<double> wv = test::values(want);
-  double ss = 0;
-  for (double v : wv) ss += v * v;
-  const double rms = std::sqrt(ss / std::max<size_t>(1, wv.size()));
-  test::CompareResult r = test::compare(got, wv, t.c * rms, 2 * test::half_ulp_rel(want.dtype()));
-  EXPECT_TRUE(r.ok) << r.report(what);
-  EXPECT_LE(r.nmse, t.nmse) << what << ": NMSE " << r.nmse;
+  test::expect_close_rms(got, want, t.c, t.nmse, what, /*require_nonzero=*/false);
 }
 
 std::vector<Case> all_schemes() {

@@ -400,18 +400,14 @@ MoeScheme make_scheme(const SchemeSpec& s) {
       acts(8, QuantType::kInt, Strategy::kToken, Dynamic::kDynamic);
       m.format = "int-quantized";
       break;
-    case SchemeKind::kW4A8FP8:
+    case SchemeKind::kW4A8FP8: case SchemeKind::kW4A8INT8: {
+      const bool fp8 = s.kind == SchemeKind::kW4A8FP8;  // per-token 8-bit activations: fp8 or int8
       int_weights(4);
-      m.act = ActQuant::kFP8Token;
-      acts(8, QuantType::kFloat, Strategy::kToken, Dynamic::kDynamic);
+      m.act = fp8 ? ActQuant::kFP8Token : ActQuant::kINT8Token;
+      acts(8, fp8 ? QuantType::kFloat : QuantType::kInt, Strategy::kToken, Dynamic::kDynamic);
       m.format = "pack-quantized";
       break;
-    case SchemeKind::kW4A8INT8:
-      int_weights(4);
-      m.act = ActQuant::kINT8Token;
-      acts(8, QuantType::kInt, Strategy::kToken, Dynamic::kDynamic);
-      m.format = "pack-quantized";
-      break;
+    }
     case SchemeKind::kNVFP4: case SchemeKind::kNVFP4A16:
       w.num_bits = 4;
       w.type = QuantType::kFloat;

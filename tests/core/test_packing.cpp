@@ -8,6 +8,7 @@
 #include <random>
 #include <vector>
 
+#include "common/error_check.h"
 #include "core/codecs.h"
 #include "formats/packing.h"
 #include "qmoe/error.h"
@@ -48,15 +49,7 @@ void expect_words(const Tensor& t, const std::vector<uint32_t>& want) {
   for (size_t i = 0; i < want.size(); ++i)
     EXPECT_EQ(static_cast<uint32_t>(t.data<int32_t>()[i]), want[i]) << "word " << i << " of " << shape_str(t.shape());
 }
-template <class F>
-void expect_bad_input(F f) {
-  try {
-    f();
-    ADD_FAILURE() << "no exception";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::kBadInput) << e.what();
-  }
-}
+using qmoe::test::expect_bad_input;
 
 // ---- compressed-tensors dense packing: hand-worked words ------------------------------------------
 TEST(CtPacking, HandWorked3Bit) {

@@ -13,6 +13,7 @@
 #include <random>
 #include <vector>
 
+#include "common/error_check.h"
 #include "core/codecs.h"
 #include "qmoe/error.h"
 #include "qmoe/routing.h"
@@ -264,15 +265,7 @@ TEST(Route, HalfPrecisionLogitsConvertFirst) {
   }
 }
 
-template <class F>
-void expect_bad_input(F f) {
-  try {
-    f();
-    ADD_FAILURE() << "no exception";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::kBadInput) << e.what();
-  }
-}
+using qmoe::test::expect_bad_input;
 
 TEST(Route, Errors) {
   RouterConfig c;

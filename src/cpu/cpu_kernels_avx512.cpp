@@ -7,9 +7,12 @@
 //    multiply each group's partial sum, as numerics.md orders them.
 //  * int8 dot (vpdpbusd): int8 activations x unsigned weight codes u; the zero point is removed
 //    once per group with the activation's group sum: sum qa (u - z) = sum qa u - z sum qa (exact).
-// A job covers 32 rows (two 16-row panels): per K chunk of 256 the weight codes are decoded once
-// into an L1-resident bf16 / u8 tile, then a microkernel runs 12 tokens at a time over it with
-// 2 x 12 zmm accumulators (one broadcast activation pair/quad feeds two dot instructions).
+// A job covers 32 rows (two 16-row panels) of one expert for its T activation rows:
+//  * fused (run_fused): T <= kFewRows, or 4-bit codes in blocks of kFewRows tokens. The packed
+//    weights stream once; every 64-byte load is decoded in registers and feeds T dot products.
+//  * tile (run_bf16 / run_s8): per K chunk of 256 the codes are decoded once into an L1-resident
+//    bf16 / u8 tile, then a microkernel runs 12 (or 6) tokens at a time over it (one broadcast
+//    activation pair/quad feeds two dot instructions).
 #include <immintrin.h>
 
 // GCC 12 reports the _mm*_undefined pass-through operands inside the conversion intrinsics

@@ -138,6 +138,10 @@ int run_verify(const Verify& v) {
     for (Backend b : backends) {
       MethodChoice c = query_method(w, b, l.config, l.shared_expert ? &*l.shared_expert : nullptr, layer_bias);
       if (!c.ok) {
+        // A backend the user named explicitly must run every layer: a skip would let "all checks
+        // passed" cover a check that never happened. `--backend all` reports and goes on.
+        if (v.backend != "all")
+          unsupported("verify: --backend ", v.backend, " cannot run layer ", l.layer, " (", w.scheme.key(), "): ", c.reason);
         std::printf("  %-9s skipped: %s\n", backend_name(b), c.reason.c_str());
         continue;
       }

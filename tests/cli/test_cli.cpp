@@ -177,6 +177,16 @@ TEST(Cli, BadInputsGiveOneErrorLineAndExit2) {
   });
   expect_error_line(qmoe_cmd("inspect " + dir, "nan"), {"layer 1", "NaN", "w2.scale"});
 
+  // A backend named explicitly must run every layer: where it cannot (no GPU, or a scheme it
+  // refuses) verify fails loudly instead of reporting "all checks passed" over skipped layers.
+  {
+    Result r = qmoe_cmd("verify " + fresh("cuda", "qwen3_moe", "ct-nvfp4") + " --backend cuda", "cuda");
+    if (r.code == 0)
+      EXPECT_EQ(r.out.find("skipped"), std::string::npos) << r.out;
+    else
+      expect_error_line(r, {"--backend cuda cannot run layer 0"});
+  }
+
   expect_error_line(qmoe_cmd("gen --arch gpt_oss --format gptq --out " + s / "x", "fmt"),
                     {"format 'gptq' does not apply to arch gpt_oss", "gpt-oss-mxfp4"});
   expect_error_line(qmoe_cmd("gen --arch mixtral --format int3 --out " + s / "y", "fmt2"), {"unknown format 'int3'"});

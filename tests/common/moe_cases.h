@@ -36,6 +36,23 @@ inline Routing random_routing(int64_t m, int k, int E, uint64_t seed, int mode =
   return r;
 }
 
+// k distinct experts per token (a fresh permutation each token), weights in (0.1, 1); the routing
+// of the reference and CPU layer tests.
+inline void random_routing(int64_t M, int k, int E, uint64_t seed, Tensor& w, Tensor& ids) {
+  w = Tensor(DType::kF32, {M, k});
+  ids = Tensor(DType::kI32, {M, k});
+  std::mt19937_64 rng(seed);
+  for (int64_t t = 0; t < M; ++t) {
+    std::vector<int> perm(E);
+    for (int i = 0; i < E; ++i) perm[i] = i;
+    std::shuffle(perm.begin(), perm.end(), rng);
+    for (int j = 0; j < k; ++j) {
+      ids.data_mut<int32_t>()[t * k + j] = perm[j];
+      w.data_mut<float>()[t * k + j] = 0.1f + 0.9f * std::uniform_real_distribution<float>(0, 1)(rng);
+    }
+  }
+}
+
 struct Case {
   std::string name;
   ref::SchemeSpec spec;

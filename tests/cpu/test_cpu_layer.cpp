@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "common/moe_cases.h"
 #include "common/tensor_check.h"
 #include "core/codecs.h"
 #include "cpu/cpu_isa.h"
@@ -27,6 +28,8 @@ namespace qmoe {
 namespace {
 
 using ref::SchemeSpec;
+using test::config;
+using test::random_routing;
 
 std::vector<cpu::Isa> isas() {
   std::vector<cpu::Isa> r;
@@ -130,30 +133,6 @@ std::vector<Case> all_cases() {
   add("mxfp4a16_swigluoai_bias", s, 96, 72, Activation::kSwigluOai);
   s.bias = false;
   add("mxfp4a16_silu", s, 160, 48);
-  return c;
-}
-
-// k distinct experts per token, weights in (0.1, 1).
-void random_routing(int64_t M, int k, int E, uint64_t seed, Tensor& w, Tensor& ids) {
-  w = Tensor(DType::kF32, {M, k});
-  ids = Tensor(DType::kI32, {M, k});
-  std::mt19937_64 rng(seed);
-  for (int64_t t = 0; t < M; ++t) {
-    std::vector<int> perm(E);
-    for (int i = 0; i < E; ++i) perm[i] = i;
-    std::shuffle(perm.begin(), perm.end(), rng);
-    for (int j = 0; j < k; ++j) {
-      ids.data_mut<int32_t>()[t * k + j] = perm[j];
-      w.data_mut<float>()[t * k + j] = 0.1f + 0.9f * std::uniform_real_distribution<float>(0, 1)(rng);
-    }
-  }
-}
-
-MoeConfig config(int E, int k, Activation act) {
-  MoeConfig c;
-  c.num_experts = E;
-  c.router.top_k = k;
-  c.activation = act;
   return c;
 }
 

@@ -42,6 +42,7 @@ struct GemmProblem {
   int k = 0;           // reduction length (H for GEMM1, I for GEMM2)
   WFmt wfmt = WFmt::k16;
   int num_sms = 132;
+  int chunk = 1 << 30; // accumulation chunk along K (k-columns per weight / activation scale; decode)
 };
 
 struct GemmConfig {
@@ -71,6 +72,59 @@ inline GemmConfig select_config(const GemmProblem& p) {
   // pipeline (measured on the H200: a 6-k-tile GEMM2 split ran at 1.6 TB/s).
   while (blocks * s < want && s < 16 && k_tiles / (2 * s) >= 8) s *= 2;
   c.splits = s;
+  return c;
+}
+
+// ---- decode (moe_decode.cu): few rows per expert ------------------------------------------------
+// The decode kernel streams each expert's weight atoms straight from global memory into registers
+// (no shared-memory staging of B), M-blocks of 8 rows (align block 8: the token side of a swapped
+// m16n8k16, weights as the 16-row A operand), K split over the warps of a block and reduced in
+// shared memory. Its A rows (the block's tokens over the block's K range) sit in shared memory, so
+// one block's K range is capped; longer K is split over the grid (fp32 atomics, as the small tile).
+constexpr int kDecodeRows = 8;        // rows per M-block (align block size)
+constexpr int kDecodeMaxRows = 8;     // expected rows per touched expert up to which decode runs
+constexpr int kDecodeTileN = 32;      // output columns per block (2 n16 atom columns)
+constexpr int kDecodeWarps = 8;       // warps per block (K split over them)
+constexpr int kDecodeMaxK = 4096;     // k-columns of A one block stages (8 rows x 4096 x 2 B = 64 KiB)
+
+struct DecodeConfig {
+  bool use = false;
+  int splits = 1;            // K split over gridDim.z (fp32 atomics; GEMM1: partial sums + act_finish)
+  int slab_ktiles = 1;       // k-tiles (64 columns) of one warp's contiguous K piece (whole chunks)
+  int ktiles_per_split = 0;  // multiple of slab_ktiles
+};
+
+// Whole scale chunks per warp piece where a chunk is a multiple of 64 columns (the per-chunk
+// product order of numerics.md is then kept inside one warp); else one k-tile.
+inline int decode_slab_ktiles(int chunk, int k) {
+  const int kp = (k + 63) / 64 * 64;
+  if (chunk >= kp || chunk % 64 != 0) return 1;
+  return chunk / 64;
+}
+
+// Decode runs when the expected rows per touched expert are <= kDecodeMaxRows. K splits over the
+// grid only when one block's K range would exceed kDecodeMaxK, or when the grid would put less
+// than ~2 blocks on each SM and every split keeps >= 8 k-tiles (GEMM2-like shapes; GEMM1 pays an
+// extra memset + act_finish launch for a split, so splitting for fill is left to `fill_splits`).
+inline DecodeConfig select_decode(const GemmProblem& p, bool fill_splits) {
+  DecodeConfig c;
+  const int64_t slots = p.m * p.top_k;
+  const int64_t touched = slots < p.num_experts ? slots : p.num_experts;
+  const int64_t rows_per_expert = (slots + touched - 1) / (touched > 0 ? touched : 1);
+  c.use = rows_per_expert <= kDecodeMaxRows;
+  c.slab_ktiles = decode_slab_ktiles(p.chunk, p.k);
+  const int ktiles = (p.k + 63) / 64;
+  const int slabs = (ktiles + c.slab_ktiles - 1) / c.slab_ktiles;
+  auto kps = [&](int s) { return (slabs + s - 1) / s * c.slab_ktiles; };  // k-tiles per split
+  int s = 1;
+  while (kps(s) * 64 > kDecodeMaxK && s < slabs) ++s;
+  if (fill_splits) {
+    const int64_t mblocks = touched * ((rows_per_expert + kDecodeRows - 1) / kDecodeRows);
+    const int64_t blocks = mblocks * ((p.n + kDecodeTileN - 1) / kDecodeTileN);
+    while (blocks * s < 2LL * p.num_sms && s < 16 && ktiles / (2 * s) >= 8) s *= 2;
+  }
+  c.ktiles_per_split = kps(s);
+  c.splits = (ktiles + c.ktiles_per_split - 1) / c.ktiles_per_split;  // no empty split
   return c;
 }
 

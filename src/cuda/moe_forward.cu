@@ -4,9 +4,11 @@
 // carved by one Plan so workspace_bytes() and forward() agree.
 #include <algorithm>
 #include <cstdlib>
+#include <string>
 
 #include "cuda/cuda_moe.h"
 #include "cuda/device_common.cuh"
+#include "cuda/moe_decode.cuh"
 #include "cuda/moe_gemm.cuh"
 #include "cuda/moe_kernels.cuh"
 
@@ -78,6 +80,16 @@ int split_cap(int which) {
   return caps[which - 1];
 }
 
+// The decode kernel (moe_decode.cuh) for few rows per expert; QMOE_CUDA_DECODE=0 keeps the 16-row
+// tile of moe_gemm.cu instead (A/B measurements). Both GEMMs share one align, so both must run it.
+int mode_of(const DevProj& pr, ActQuant aq);
+
+bool decode_eligible(const DevExperts& ex) {
+  static const bool on = !(std::getenv("QMOE_CUDA_DECODE") && std::string(std::getenv("QMOE_CUDA_DECODE")) == "0");
+  return on && decode_supports(ex.fmt, mode_of(ex.w13, ex.act_quant)) &&
+         decode_supports(ex.fmt, mode_of(ex.w2, ex.act_quant));
+}
+
 struct Carve {
   size_t off = 0;
   char* base = nullptr;
@@ -95,6 +107,8 @@ struct ExpertsPlan {
   int64_t m = 0, numel = 0;
   int top_k = 1;
   GemmConfig c1, c2;
+  bool dec = false;          // decode kernel (moe_decode.cu): M-blocks of kDecodeRows, splits from d1 / d2
+  DecodeConfig d1, d2;
   int bm = 16, cap = 0;
   bool prep_a = false, slot_rows = false;
   int32_t *sorted = nullptr, *eids = nullptr, *npost = nullptr;
@@ -120,6 +134,19 @@ struct ExpertsPlan {
     if (c2.tile == Tile::kLarge) c2.splits = 1;
     c1.splits = std::min(c1.splits, split_cap(1));
     c2.splits = std::min(c2.splits, split_cap(2));
+    if (c1.tile == Tile::kSmall && decode_eligible(ex)) {
+      // GEMM1 splits K over the grid only past kDecodeMaxK (a split costs a memset and act_finish)
+      d1 = select_decode({m, top_k, ex.num_experts, ex.w13.np, ex.hidden, ex.fmt, sms, chunk_of(ex.w13, ex.act_quant)},
+                         false);
+      d2 = select_decode({m, top_k, ex.num_experts, ex.hidden, ex.intermediate, ex.fmt, sms,
+                          chunk_of(ex.w2, ex.act_quant)}, true);
+      dec = d1.use;
+      if (dec) {
+        bm = kDecodeRows;
+        c1.splits = d1.splits;
+        c2.splits = d2.splits;
+      }
+    }
     cap = align_capacity(static_cast<int>(numel), ex.num_experts, bm);
     sorted = cv.take<int32_t>(cap);
     eids = cv.take<int32_t>(cap / bm);
@@ -248,7 +275,12 @@ void run_experts(const DevExperts& ex, const ExpertsPlan& pl, const void* x, con
     g1.partial = pl.partial;
     g1.bias = nullptr;  // added by act_finish
   }
-  launch_moe_gemm(f16, ex.fmt, mode_of(ex.w13, ex.act_quant), pl.c1.tile, g1, s);
+  if (pl.dec) {
+    g1.ktiles_per_split = pl.d1.ktiles_per_split;
+    launch_moe_decode(f16, ex.fmt, mode_of(ex.w13, ex.act_quant), pl.d1.slab_ktiles, g1, s);
+  } else {
+    launch_moe_gemm(f16, ex.fmt, mode_of(ex.w13, ex.act_quant), pl.c1.tile, g1, s);
+  }
   if (pl.c1.splits > 1)
     launch_act_finish(f16, pl.partial, ex.w13.np, pl.numel, I, g1.act, ex.w13.bias.as<float>(), topk_ids, emap, pl.h,
                       I, s);
@@ -291,7 +323,12 @@ void run_experts(const DevExperts& ex, const ExpertsPlan& pl, const void* x, con
   g2.topk_w = on_input ? nullptr : topk_w;
   if (pl.c2.splits > 1 || emap != nullptr)
     QMOE_CUDA_OK(cudaMemsetAsync(pl.o, 0, static_cast<size_t>(pl.numel) * H * 4, s));
-  launch_moe_gemm(f16, ex.fmt, mode_of(ex.w2, ex.act_quant), pl.c2.tile, g2, s);
+  if (pl.dec) {
+    g2.ktiles_per_split = pl.d2.ktiles_per_split;
+    launch_moe_decode(f16, ex.fmt, mode_of(ex.w2, ex.act_quant), pl.d2.slab_ktiles, g2, s);
+  } else {
+    launch_moe_gemm(f16, ex.fmt, mode_of(ex.w2, ex.act_quant), pl.c2.tile, g2, s);
+  }
 }
 
 }  // namespace
@@ -323,6 +360,8 @@ void forward(const DevExperts& ex, const DevExperts* shared, const ForwardArgs& 
 std::string forward_kernels(const DevExperts& ex, int64_t m, int top_k) {
   Plan p;
   p.make(ex, nullptr, m, top_k, false, nullptr);
+  if (p.routed.dec)
+    return str(ex.method, " gemm1=decode/split", p.routed.c1.splits, " gemm2=decode/split", p.routed.c2.splits);
   auto tn = [](Tile t) { return t == Tile::kSmall ? "small" : t == Tile::kMedium ? "medium" : "large"; };
   return str(ex.method, " gemm1=", tn(p.routed.c1.tile), "/split", p.routed.c1.splits, " gemm2=", tn(p.routed.c2.tile),
              "/split", p.routed.c2.splits);

@@ -4,6 +4,8 @@
 // 8 k-tiles).
 #include <gtest/gtest.h>
 
+#include <string>
+
 #include "cuda/config.h"
 
 namespace qmoe::cuda {
@@ -79,6 +81,75 @@ TEST(SelectConfig, ZeroAndTinyProblems) {
   EXPECT_EQ(tile_bm(Tile::kSmall), 16);
   EXPECT_EQ(tile_bm(Tile::kMedium), 64);
   EXPECT_EQ(tile_bm(Tile::kLarge), 128);
+}
+
+// ---- decode (moe_decode.cu) ----
+GemmProblem dprob(int64_t m, int topk, int E, int n, int k, WFmt f, int chunk) {
+  GemmProblem p = prob(m, topk, E, n, k, f);
+  p.chunk = chunk;
+  return p;
+}
+
+TEST(SelectDecode, RunsUpToEightRowsPerExpert) {
+  // qwen3 M = 1 (8 slots on 8 experts) and M = 16 (128 slots on 128 experts): 1 row each
+  EXPECT_TRUE(select_decode(dprob(1, 8, 128, 1536, 2048, WFmt::kU4, 128), false).use);
+  EXPECT_TRUE(select_decode(dprob(16, 8, 128, 1536, 2048, WFmt::kU4, 128), false).use);
+  // mixtral M = 16: 32 slots on 8 experts = 4 rows; M = 32: 8 rows; M = 33: 9 rows -> 16-row tile
+  EXPECT_TRUE(select_decode(dprob(16, 2, 8, 28672, 4096, WFmt::k16, 1 << 30), false).use);
+  EXPECT_TRUE(select_decode(dprob(32, 2, 8, 28672, 4096, WFmt::k16, 1 << 30), false).use);
+  EXPECT_FALSE(select_decode(dprob(33, 2, 8, 28672, 4096, WFmt::k16, 1 << 30), false).use);
+  EXPECT_FALSE(select_decode(dprob(64, 2, 8, 28672, 4096, WFmt::k16, 1 << 30), false).use);
+  EXPECT_EQ(kDecodeRows, 8);
+}
+
+TEST(SelectDecode, SlabsHoldWholeScaleChunks) {
+  EXPECT_EQ(decode_slab_ktiles(128, 2048), 2);      // int4 g128: 2 k-tiles per warp piece
+  EXPECT_EQ(decode_slab_ktiles(64, 2048), 1);
+  EXPECT_EQ(decode_slab_ktiles(32, 2048), 1);       // chunks inside one k-tile
+  EXPECT_EQ(decode_slab_ktiles(96, 2048), 1);       // not a multiple of 64: chunk cut at k-tiles
+  EXPECT_EQ(decode_slab_ktiles(1 << 30, 2048), 1);  // whole K: scaled once after the reduction
+  EXPECT_EQ(decode_slab_ktiles(2048, 2048), 1);     // one chunk covering K is whole K
+  EXPECT_EQ(decode_slab_ktiles(256, 776), 4);       // kp = 832 > 256
+}
+
+TEST(SelectDecode, KRangePerBlockIsCappedAndSplitsTile) {
+  for (int k : {64, 200, 776, 2048, 2880, 4096, 4104, 4360, 5120, 7168, 8192, 14336}) {
+    for (int chunk : {32, 64, 128, 1 << 30}) {
+      for (bool fill : {false, true}) {
+        for (int64_t m : {1, 4}) {
+          const DecodeConfig c = select_decode(dprob(m, 2, 8, 4096, k, WFmt::kU4, chunk), fill);
+          const int ktiles = (k + 63) / 64;
+          const std::string what = "k " + std::to_string(k) + " chunk " + std::to_string(chunk);
+          ASSERT_GE(c.splits, 1) << what;
+          EXPECT_EQ(c.slab_ktiles, decode_slab_ktiles(chunk, k)) << what;
+          EXPECT_EQ(c.ktiles_per_split % c.slab_ktiles, 0) << what;
+          EXPECT_LE(c.ktiles_per_split * 64, kDecodeMaxK) << what;
+          // the splits cover K, and none is empty
+          EXPECT_GE(static_cast<int64_t>(c.splits) * c.ktiles_per_split, ktiles) << what;
+          EXPECT_LT(static_cast<int64_t>(c.splits - 1) * c.ktiles_per_split, ktiles) << what;
+          if (!fill) {  // GEMM1: split only because of the K cap
+            EXPECT_EQ(c.splits == 1, ktiles * 64 <= kDecodeMaxK) << what;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(SelectDecode, FillSplitsOnlyShortGrids) {
+  // qwen3 GEMM2 at M = 1: 8 experts x 64 column blocks = 512 blocks: no split
+  EXPECT_EQ(select_decode(dprob(1, 8, 128, 2048, 768, WFmt::kU4, 128), true).splits, 1);
+  // llama4-scout GEMM2 at M = 1: 160 blocks, K = 8192 -> 2 for the K cap, then 320 blocks >= 264
+  EXPECT_EQ(select_decode(dprob(1, 1, 16, 5120, 8192, WFmt::kU4, 128), true).splits, 2);
+  // llama4-scout GEMM1 at M = 1 (no fill splits): K = 5120 -> 2
+  EXPECT_EQ(select_decode(dprob(1, 1, 16, 16384, 5120, WFmt::kU4, 128), false).splits, 2);
+  // mixtral GEMM2 at M = 1: 2 experts x 128 blocks, K = 14336 -> 4 for the cap; fill stops there
+  const DecodeConfig mx = select_decode(dprob(1, 2, 8, 4096, 14336, WFmt::k16, 1 << 30), true);
+  EXPECT_EQ(mx.splits, 4);
+  EXPECT_EQ(mx.ktiles_per_split, 56);
+  // a short grid with short K is not split below 8 k-tiles per split
+  EXPECT_EQ(select_decode(dprob(1, 1, 4, 64, 768, WFmt::k16, 1 << 30), true).splits, 1);  // 12 k-tiles
+  EXPECT_EQ(select_decode(dprob(1, 1, 4, 64, 1024, WFmt::k16, 1 << 30), true).splits, 2);  // 16 k-tiles
 }
 
 }  // namespace

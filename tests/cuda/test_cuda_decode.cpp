@@ -1,0 +1,238 @@
+// The CUDA decode kernel (src/cuda/moe_decode.cu) against the reference (src/cpu/ref): every
+// weight format / GEMM mode it runs, at M = 1, 2, 3, 5, 8, on odd sizes (K not a multiple of 64,
+// N not a multiple of 16), with experts that get no tokens, experts with more rows than one
+// 8-row M-block, K long enough to be split over the grid (GEMM1 partial sums + act_finish, GEMM2
+// atomics with the bias added once), expert parallelism, Llama 4 weight-on-input with a shared
+// expert, and biased swigluoai / gelu. Each case also asserts that forward() really chose the
+// decode kernel (forward_kernels), unless QMOE_CUDA_DECODE=0 turns it off. GPU tests skip with
+// "no CUDA device: skipped" where there is no GPU.
+// Tolerances: the decode kernel computes the same function as moe_gemm.cu / moe_gemm_fp4.cu (exact
+// operands, per-chunk fp32 partial sums each scaled once; only the fp32 summation order differs),
+// so the checks are test_cuda_moe.cpp's and test_cuda_q.cpp's, for the reasons given there:
+//  * 16-bit / WNA16: atol 2^-6 rms(y) (a flipped bf16 rounding of h), NMSE <= 1e-5;
+//  * fp8 W8A8: h requantized to e4m3 (a flip moves a code by 2^-4): atol 2^-4 rms(y), NMSE <= 1e-4;
+//  * NVFP4 / MXFP4 A16: atol 2^-8 rms(y), NMSE <= 1e-5 (as test_cuda_q.cpp: exact fp4 products);
+//  * INT8 W8A8 / W4A8: atol 2^-5 rms(y), NMSE <= 1e-4; NVFP4 W4A4: atol 2^-3 rms(y), NMSE <= 1e-4;
+// plus 2 half-ulps of the output dtype relative, on every element (expect_close_rms).
+#if defined(QMOE_HAVE_CUDA)
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "common/cuda_moe_cases.h"
+#include "common/tensor_check.h"
+#include "cpu/ref/quantize.h"
+#include "cpu/ref/reference.h"
+#include "cuda/cuda_moe.h"
+
+namespace qmoe {
+namespace {
+
+using test::Case;
+using test::Routing;
+using test::config;
+using test::make_weights;
+using test::random_routing;
+using test::run_device;
+
+struct Tol {
+  double c = std::ldexp(1.0, -6), nmse = 1e-5;
+};
+Tol tol_for(const ExpertWeights& w) {
+  switch (w.scheme.kind) {
+    case SchemeKind::kFP8W8A8: return {std::ldexp(1.0, -4), 1e-4};
+    case SchemeKind::kNVFP4A16: case SchemeKind::kMXFP4A16: return {std::ldexp(1.0, -8), 1e-5};
+    case SchemeKind::kNVFP4: return {std::ldexp(1.0, -3), 1e-4};
+    case SchemeKind::kINT8W8A8: case SchemeKind::kW4A8FP8: case SchemeKind::kW4A8INT8:
+      return {std::ldexp(1.0, -5), 1e-4};
+    default: return {};
+  }
+}
+
+bool decode_off() {
+  const char* v = std::getenv("QMOE_CUDA_DECODE");
+  return v != nullptr && std::string(v) == "0";
+}
+
+// forward() must have picked the decode kernel for both GEMMs.
+void expect_decode(const cuda::DevExperts& ex, int64_t m, int k, const std::string& what) {
+  if (decode_off()) return;
+  const std::string kern = cuda::forward_kernels(ex, m, k);
+  EXPECT_NE(kern.find("gemm1=decode"), std::string::npos) << what << ": " << kern;
+  EXPECT_NE(kern.find("gemm2=decode"), std::string::npos) << what << ": " << kern;
+}
+
+void check(const cuda::DevExperts& ex, const ExpertWeights& w, const cuda::DevExperts* dsh, const ExpertWeights* sh,
+           const MoeConfig& cfg, const Tensor& x, const Routing& r, bool on_input, const std::string& what,
+           const std::vector<int32_t>& emap = {}) {
+  const int k = static_cast<int>(r.ids.size(1));
+  expect_decode(ex, x.size(0), k, what);
+  Tensor want = ref::reference_forward_routed(w, cfg, sh, x, r.w, r.ids);
+  Tensor got = run_device(ex, dsh, x, r, on_input, emap);
+  const Tol t = tol_for(w);
+  test::expect_close_rms(got, want, t.c, t.nmse, str(what, " (", cuda::forward_kernels(ex, x.size(0), k), ")"),
+                         /*require_nonzero=*/true);
+}
+
+std::vector<Case> decode_schemes() {
+  std::vector<Case> v;
+  auto add = [&](std::string n, auto f) {
+    ref::SchemeSpec s;
+    f(s);
+    v.push_back({std::move(n), s});
+  };
+  const DType hf = DType::kF16;
+  add("bf16", [](auto& s) { s.kind = SchemeKind::kUnquantized; });
+  add("fp16", [&](auto& s) { s.kind = SchemeKind::kUnquantized; s.act_dtype = hf; s.weight_dtype = hf; });
+  // int4 / int8: per-chunk scales with chunks of 2 atoms (g128), 1 atom (g64 int4), half an atom
+  // (g32 int4, flushed inside the atom), one atom (g32 int8) and whole K (channel)
+  add("int4_g128_sym", [](auto& s) { s.kind = SchemeKind::kWNA16; s.bits = 4; s.group_size = 128; });
+  add("int4_g64_asym_fp16", [&](auto& s) {
+    s.kind = SchemeKind::kWNA16; s.bits = 4; s.group_size = 64; s.symmetric = false; s.act_dtype = hf;
+    s.scale_dtype = hf; });
+  add("int4_g32_asym", [](auto& s) { s.kind = SchemeKind::kWNA16; s.bits = 4; s.group_size = 32; s.symmetric = false; });
+  add("int4_channel_sym", [](auto& s) { s.kind = SchemeKind::kWNA16; s.bits = 4; s.group_size = 0; });
+  add("int8_g128_asym", [](auto& s) { s.kind = SchemeKind::kWNA16; s.bits = 8; s.group_size = 128; s.symmetric = false; });
+  add("int8_g32_sym", [](auto& s) { s.kind = SchemeKind::kWNA16; s.bits = 8; s.group_size = 32; });
+  add("int8_channel_asym_f32scale", [](auto& s) {
+    s.kind = SchemeKind::kWNA16; s.bits = 8; s.group_size = 0; s.symmetric = false; s.scale_dtype = DType::kF32; });
+  // fp8: mode 3 (one scale pair for K) and mode 1 (1x128 activation groups, 128-column blocks)
+  auto fp8 = [&](const char* n, Strategy ws, ActQuant a, DType act) {
+    add(n, [&](auto& s) {
+      s.kind = SchemeKind::kFP8W8A8; s.fp8_strategy = ws; s.act = a; s.act_dtype = act; s.block = {8, 128};
+    });
+  };
+  fp8("fp8_tensor_static", Strategy::kTensor, ActQuant::kFP8Tensor, DType::kBF16);
+  fp8("fp8_channel_token", Strategy::kChannel, ActQuant::kFP8Token, DType::kBF16);
+  fp8("fp8_channel_token_fp16", Strategy::kChannel, ActQuant::kFP8Token, hf);
+  fp8("fp8_channel_group128", Strategy::kChannel, ActQuant::kFP8Group128, DType::kBF16);
+  fp8("fp8_block_token", Strategy::kBlock, ActQuant::kFP8Token, DType::kBF16);
+  fp8("fp8_block_group128", Strategy::kBlock, ActQuant::kFP8Group128, DType::kBF16);
+  // backend II: fp4 units, and int weights with quantized activations (row scales)
+  auto q = [&](const char* n, SchemeKind k, DType act, int g, bool sym = true) {
+    add(n, [&](auto& s) { s.kind = k; s.act_dtype = act; s.group_size = g; s.symmetric = sym; });
+  };
+  q("nvfp4a16", SchemeKind::kNVFP4A16, DType::kBF16, 16);
+  q("nvfp4a16_fp16", SchemeKind::kNVFP4A16, hf, 16);
+  q("nvfp4_w4a4", SchemeKind::kNVFP4, DType::kBF16, 16);
+  q("mxfp4a16", SchemeKind::kMXFP4A16, DType::kBF16, 32);
+  q("mxfp4a16_fp16", SchemeKind::kMXFP4A16, hf, 32);
+  q("int8_w8a8", SchemeKind::kINT8W8A8, DType::kBF16, 0);
+  q("w4a8_fp8_g128", SchemeKind::kW4A8FP8, DType::kBF16, 128);
+  q("w4a8_int8_g64_asym", SchemeKind::kW4A8INT8, DType::kBF16, 64, false);
+  return v;
+}
+
+// ---- every format / mode at M = 1, 2, 3, 5, 8; E = 12 (not a power of two), H = 776 (K of GEMM1
+//      not a multiple of 64, N of GEMM2 not a multiple of 16), I = 200; top-4 ----
+class DecodeSweep : public ::testing::TestWithParam<int> {};
+
+TEST_P(DecodeSweep, MatchesReferenceAtSmallM) {
+  SKIP_WITHOUT_GPU();
+  const Case c = decode_schemes()[GetParam()];
+  const int E = 12, k = 4, H = 776, I = 200;
+  ExpertWeights w = make_weights(c.spec, E, H, I, 3000 + GetParam());
+  cuda::DevExperts ex = cuda::prepare(w, Activation::kSiluMul);
+  const MoeConfig cfg = config(E, k);
+  uint64_t seed = 313 * GetParam();
+  for (int64_t m : {1, 2, 3, 5, 8}) {
+    Tensor x = test::random_tensor(w.act_dtype, {m, H}, ++seed);
+    Routing r = random_routing(m, k, E, ++seed);
+    check(ex, w, nullptr, nullptr, cfg, x, r, false, str(c.name, " M=", m));
+  }
+  // expert 3 never chosen; every token on experts 5..8 (M = 20: 20 rows on each, three 8-row
+  // M-blocks per expert, while the uniform estimate of 7 rows per expert still picks decode)
+  for (int mode : {2, 1}) {
+    const int64_t m = mode == 1 ? 20 : 5;
+    Tensor x = test::random_tensor(w.act_dtype, {m, H}, ++seed);
+    Routing r = random_routing(m, k, E, ++seed, mode);
+    check(ex, w, nullptr, nullptr, cfg, x, r, false, str(c.name, " routing mode ", mode, " M=", m));
+  }
+}
+INSTANTIATE_TEST_SUITE_P(DecodeFormats, DecodeSweep, ::testing::Range(0, static_cast<int>(decode_schemes().size())),
+                         [](const auto& info) { return decode_schemes()[info.param].name; });
+
+// ---- K split over the grid: GEMM1 K = 4360 > kDecodeMaxK (partial sums + act_finish) and GEMM2
+//      K = 1032 split for grid fill at M = 1 (atomics, bias added by split 0 only); swigluoai ----
+TEST(CudaDecode, GridSplitK) {
+  SKIP_WITHOUT_GPU();
+  for (int kind = 0; kind < 4; ++kind) {
+    ref::SchemeSpec s;
+    s.bias = true;
+    std::string name = "bf16";
+    if (kind == 1) { s.kind = SchemeKind::kWNA16; s.bits = 4; s.group_size = 128; name = "int4_g128"; }
+    if (kind == 2) { s.kind = SchemeKind::kNVFP4A16; s.group_size = 16; name = "nvfp4a16"; }
+    if (kind == 3) {
+      s.kind = SchemeKind::kFP8W8A8; s.fp8_strategy = Strategy::kChannel; s.act = ActQuant::kFP8Token; name = "fp8";
+    }
+    // E = 2, top-1: at M = 1 GEMM2 has 137 column blocks, under 2 per SM -> split in two
+    const int E = 2, H = 4360, I = 1032;
+    ExpertWeights w = make_weights(s, E, H, I, 70 + kind);
+    cuda::DevExperts ex = cuda::prepare(w, Activation::kSwigluOai);
+    const MoeConfig cfg = config(E, 1, Activation::kSwigluOai);
+    for (int64_t m : {1, 3}) {
+      Tensor x = test::random_tensor(w.act_dtype, {m, H}, 71 + m + kind);
+      Routing r = random_routing(m, 1, E, 72 + m + kind);
+      const std::string kern = cuda::forward_kernels(ex, m, 1);
+      if (!decode_off()) {
+        EXPECT_NE(kern.find("gemm1=decode/split2"), std::string::npos) << kern;
+        if (m == 1) EXPECT_NE(kern.find("gemm2=decode/split2"), std::string::npos) << kern;
+      }
+      check(ex, w, nullptr, nullptr, cfg, x, r, false, str("split-K ", name, " M=", m));
+    }
+  }
+}
+
+// ---- expert parallelism (non-local experts skipped), Llama 4 weight-on-input + shared expert,
+//      gelu with biases ----
+TEST(CudaDecode, ExpertParallelLlama4AndBias) {
+  SKIP_WITHOUT_GPU();
+  for (int kind = 0; kind < 3; ++kind) {
+    ref::SchemeSpec s;
+    if (kind == 1) { s.kind = SchemeKind::kWNA16; s.bits = 4; s.group_size = 128; s.symmetric = false; }
+    if (kind == 2) { s.kind = SchemeKind::kNVFP4; s.group_size = 16; }
+    const int E = 7, H = 264, I = 136;
+    ExpertWeights w = make_weights(s, E, H, I, 80 + kind);
+    cuda::DevExperts ex = cuda::prepare(w, Activation::kSiluMul);
+    // 10 global experts, this rank holds 7 (global 2, 6, 9 elsewhere)
+    std::vector<int32_t> emap = {0, 1, -1, 2, 3, 4, -1, 5, 6, -1};
+    for (int64_t m : {1, 3, 8}) {
+      Tensor x = test::random_tensor(w.act_dtype, {m, H}, 81 + m);
+      Routing r = random_routing(m, 2, 10, 82 + m);
+      MoeConfig cfg = config(10, 2);
+      cfg.expert_map = emap;
+      check(ex, w, nullptr, nullptr, cfg, x, r, false, str("EP kind ", kind, " M=", m), emap);
+    }
+    ExpertWeights sh = make_weights(s, 1, H, I, 90 + kind);
+    cuda::DevExperts dsh = cuda::prepare(sh, Activation::kSiluMul);
+    const MoeConfig cfg = config(E, 1, Activation::kSiluMul, true);
+    for (int64_t m : {1, 2, 7}) {
+      Tensor x = test::random_tensor(w.act_dtype, {m, H}, 91 + m);
+      Routing r = random_routing(m, 1, E, 92 + m);
+      expect_decode(dsh, m, 1, "shared expert");
+      check(ex, w, &dsh, &sh, cfg, x, r, true, str("llama4 kind ", kind, " M=", m));
+    }
+  }
+  for (int kind = 0; kind < 2; ++kind) {
+    ref::SchemeSpec s;
+    s.bias = true;
+    if (kind == 1) { s.kind = SchemeKind::kMXFP4A16; s.group_size = 32; }
+    const int E = 9, H = 360, I = 360;
+    ExpertWeights w = make_weights(s, E, H, I, 95 + kind);
+    cuda::DevExperts ex = cuda::prepare(w, Activation::kGeluMul);
+    for (int64_t m : {1, 6}) {
+      Tensor x = test::random_tensor(w.act_dtype, {m, H}, 96 + m);
+      Routing r = random_routing(m, 4, E, 97 + m);
+      check(ex, w, nullptr, nullptr, config(E, 4, Activation::kGeluMul), x, r, false, str("gelu bias kind ", kind, " M=", m));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace qmoe
+
+#endif  // QMOE_HAVE_CUDA

@@ -40,6 +40,8 @@ struct DevProj {
   int np = 0, kp = 0;    // padded: np multiple of 16, kp multiple of 64
   bool interleaved = false;  // w13: gate/up rows interleaved by 8 (see header comment)
   DevBuf w;              // atoms
+  DevBuf wp;             // Hopper path (sm90_moe.cuh): plain [E][np][kp] copy in the prepared row
+                         // order, 16-bit and fp8 weights on sm_90 only; empty = no Hopper path
   // Column (weight) scales, fp32 [E][kg][nsc]: scale of original row r at k-chunk c is
   // scale[(e * kg + c) * nsc + r / n_div]. kchunk = k-columns per chunk (0 = whole K).
   DevBuf scale;

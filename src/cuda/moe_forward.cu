@@ -11,6 +11,7 @@
 #include "cuda/moe_decode.cuh"
 #include "cuda/moe_gemm.cuh"
 #include "cuda/moe_kernels.cuh"
+#include "cuda/sm90_moe.cuh"
 
 namespace qmoe::cuda {
 
@@ -71,6 +72,27 @@ int chunk_of(const DevProj& pr, ActQuant aq) {
   return c;
 }
 
+int mode_of(const DevProj& pr, ActQuant aq) {
+  if (pr.fmt == WFmt::k16) return 0;
+  if (pr.g_idx.ptr != nullptr) return 2;
+  if (pr.fmt == WFmt::kFP8 && chunk_of(pr, aq) >= pr.kp) return 3;  // one scale pair for all of K
+  return 1;
+}
+
+// Hopper path (sm90_moe.cuh) from this many rows per touched expert on (where the 16-row mma.sync
+// tile stops; measured on the H200: mixtral-8x7b M = 256, 64 rows per expert, bf16 1494 -> 893 us,
+// fp8 1561 -> 695 us); QMOE_CUDA_WGMMA_MIN_ROWS overrides it for measurements.
+int wgmma_min_rows() {
+  static const int v = std::getenv("QMOE_CUDA_WGMMA_MIN_ROWS") ? std::max(1, std::atoi(std::getenv("QMOE_CUDA_WGMMA_MIN_ROWS"))) : 17;
+  return v;
+}
+
+bool sm90_eligible(const DevExperts& ex) {
+  if (ex.w13.wp.ptr == nullptr || ex.w2.wp.ptr == nullptr) return false;
+  return sm90_supports(ex.fmt, mode_of(ex.w13, ex.act_quant), chunk_of(ex.w13, ex.act_quant)) &&
+         sm90_supports(ex.fmt, mode_of(ex.w2, ex.act_quant), chunk_of(ex.w2, ex.act_quant));
+}
+
 // Tuning knob for measurements: QMOE_CUDA_SPLIT_CAP1 / _CAP2 cap the K splits of GEMM1 / GEMM2
 // (unset: select_config's choice).
 int split_cap(int which) {
@@ -121,12 +143,42 @@ struct ExpertsPlan {
   int h_groups = 1;
   float* partial = nullptr;
   float* o = nullptr;
+  // Hopper path: A rows in sorted order (operand dtype or e4m3), h in sorted order, its e4m3 codes
+  bool wg = false;
+  void* as = nullptr;
+  void* hs = nullptr;
+  void* hsq = nullptr;
 
   void plan(const DevExperts& ex, int64_t m_, int top_k_, bool weight_on_input, Carve& cv) {
     m = m_;
     top_k = top_k_;
     numel = m * top_k;
     const int sms = device_sm_count();
+    {
+      const int64_t touched = std::min<int64_t>(numel, ex.num_experts);
+      const int64_t rows_per_expert = (numel + touched - 1) / std::max<int64_t>(touched, 1);
+      wg = rows_per_expert >= wgmma_min_rows() && sm90_eligible(ex);
+    }
+    if (wg) {
+      const bool fp8 = ex.fmt == WFmt::kFP8;
+      bm = 128;
+      cap = align_capacity(static_cast<int>(numel), ex.num_experts, bm);
+      sorted = cv.take<int32_t>(cap);
+      eids = cv.take<int32_t>(cap / bm);
+      npost = cv.take<int32_t>(1);
+      const size_t esz = fp8 ? 1 : 2;
+      as = cv.take<char>(static_cast<size_t>(cap) * ex.w13.kp * esz);
+      hs = cv.take<char>(static_cast<size_t>(cap) * ex.w2.kp * 2);
+      if (fp8) {
+        a_groups = ex.act_quant == ActQuant::kFP8Group128 ? (ex.hidden + 127) / 128 : 1;
+        a_scale = cv.take<float>(static_cast<size_t>(cap) * a_groups);
+        hsq = cv.take<char>(static_cast<size_t>(cap) * ex.w2.kp);
+        h_groups = ex.act_quant == ActQuant::kFP8Group128 ? (ex.intermediate + 127) / 128 : 1;
+        h_scale = cv.take<float>(static_cast<size_t>(cap) * h_groups);
+      }
+      o = cv.take<float>(static_cast<size_t>(numel) * ex.hidden);
+      return;
+    }
     c1 = select_config({m, top_k, ex.num_experts, ex.w13.np, ex.hidden, ex.fmt, sms});
     c2 = select_config({m, top_k, ex.num_experts, ex.hidden, ex.intermediate, ex.fmt, sms});
     c2.tile = c1.tile;  // one align for both GEMMs
@@ -214,16 +266,104 @@ void fill_gemm_common(GemmParams& g, const DevProj& pr, const ExpertsPlan& pl, i
   g.bias = pr.bias.as<float>();
 }
 
-int mode_of(const DevProj& pr, ActQuant aq) {
-  if (pr.fmt == WFmt::k16) return 0;
-  if (pr.g_idx.ptr != nullptr) return 2;
-  if (pr.fmt == WFmt::kFP8 && chunk_of(pr, aq) >= pr.kp) return 3;  // one scale pair for all of K
-  return 1;
+// The Hopper path of run_experts (sm90_moe.cuh): gather (+ fp8 quantization) -> wgmma GEMM1 +
+// activation -> (fp8 quantization of h) -> wgmma GEMM2 + router weight.
+void run_experts_sm90(const DevExperts& ex, const ExpertsPlan& pl, const void* x, const float* topk_w,
+                      const int32_t* topk_ids, const int32_t* emap, bool on_input, cudaStream_t s) {
+  const bool f16 = ex.act == DType::kF16;
+  const bool fp8 = ex.fmt == WFmt::kFP8;
+  const int H = ex.hidden, I = ex.intermediate;
+  const int qa = fp8 ? quant_code(ex.act_quant) : 0;
+  launch_align(topk_ids, static_cast<int>(pl.numel), emap, ex.num_experts, pl.bm, pl.cap, pl.sorted, pl.eids,
+               pl.npost, s);
+  Sm90Gather g;
+  g.x = x;
+  g.ldx = H;
+  g.cols = H;
+  g.by_sorted = 1;
+  g.row_div = pl.top_k;
+  g.topk_w = on_input ? topk_w : nullptr;
+  g.sorted_ids = pl.sorted;
+  g.expert_ids = pl.eids;
+  g.num_post = pl.npost;
+  g.numel = static_cast<int>(pl.numel);
+  g.rows = pl.cap;
+  g.quant = qa;
+  g.in_scale = ex.w13.in_scale_dev.as<float>();
+  g.out = pl.as;
+  g.out_pitch = ex.w13.kp;
+  g.scales = pl.a_scale;
+  g.groups = pl.a_groups;
+  launch_sm90_gather(f16, g, s);
+
+  auto common = [&](Sm90Gemm& q, const DevProj& pr) {
+    q.a_rows = pl.cap;
+    q.sorted_ids = pl.sorted;
+    q.expert_ids = pl.eids;
+    q.num_post = pl.npost;
+    q.numel = static_cast<int>(pl.numel);
+    q.max_blocks = static_cast<int>(std::min<int64_t>(pl.cap / pl.bm, pl.numel));
+    q.w = pr.wp.ptr;
+    q.num_experts = ex.num_experts;
+    q.np = pr.np;
+    q.kp = pr.kp;
+    q.n = pr.n;
+    q.k = pr.k;
+    q.interleaved = pr.interleaved ? 1 : 0;
+    q.half = I;
+    q.col_scale = pr.scale.as<float>();
+    q.kg = pr.kg;
+    q.kchunk = pr.kchunk;
+    q.nsc = pr.nsc;
+    q.n_div = pr.n_div;
+    q.bias = pr.bias.as<float>();
+  };
+  Sm90Gemm g1;
+  common(g1, ex.w13);
+  g1.a = pl.as;
+  g1.a_pitch = ex.w13.kp;
+  g1.row_scale = fp8 ? pl.a_scale : nullptr;
+  g1.rs_groups = pl.a_groups;
+  g1.stage = 1;
+  g1.act = act_code(ex.activation);
+  g1.out = pl.hs;
+  g1.ldo = ex.w2.kp;
+  launch_sm90_gemm(f16, fp8, g1, s);
+
+  const void* a2 = pl.hs;
+  if (fp8) {
+    Sm90Gather q = g;
+    q.x = pl.hs;
+    q.ldx = ex.w2.kp;
+    q.cols = I;
+    q.by_sorted = 0;
+    q.topk_w = nullptr;
+    q.in_scale = ex.w2.in_scale_dev.as<float>();
+    q.out = pl.hsq;
+    q.out_pitch = ex.w2.kp;
+    q.scales = pl.h_scale;
+    q.groups = pl.h_groups;
+    launch_sm90_gather(f16, q, s);
+    a2 = pl.hsq;
+  }
+  Sm90Gemm g2;
+  common(g2, ex.w2);
+  g2.a = a2;
+  g2.a_pitch = ex.w2.kp;
+  g2.row_scale = fp8 ? pl.h_scale : nullptr;
+  g2.rs_groups = pl.h_groups;
+  g2.stage = 2;
+  g2.out = pl.o;
+  g2.ldo = H;
+  g2.topk_w = on_input ? nullptr : topk_w;
+  if (emap != nullptr) QMOE_CUDA_OK(cudaMemsetAsync(pl.o, 0, static_cast<size_t>(pl.numel) * H * 4, s));
+  launch_sm90_gemm(f16, fp8, g2, s);
 }
 
 // One set of experts: from x and routing to o[slot][H] (router weight applied unless on input).
 void run_experts(const DevExperts& ex, const ExpertsPlan& pl, const void* x, const float* topk_w,
                  const int32_t* topk_ids, const int32_t* emap, bool on_input, cudaStream_t s) {
+  if (pl.wg) return run_experts_sm90(ex, pl, x, topk_w, topk_ids, emap, on_input, s);
   const bool f16 = ex.act == DType::kF16;
   const int H = ex.hidden, I = ex.intermediate;
   const int qa = quant_code(ex.act_quant);
@@ -360,6 +500,7 @@ void forward(const DevExperts& ex, const DevExperts* shared, const ForwardArgs& 
 std::string forward_kernels(const DevExperts& ex, int64_t m, int top_k) {
   Plan p;
   p.make(ex, nullptr, m, top_k, false, nullptr);
+  if (p.routed.wg) return str(ex.method, " gemm1=sm90-wgmma gemm2=sm90-wgmma");
   if (p.routed.dec)
     return str(ex.method, " gemm1=decode/split", p.routed.c1.splits, " gemm2=decode/split", p.routed.c2.splits);
   auto tn = [](Tile t) { return t == Tile::kSmall ? "small" : t == Tile::kMedium ? "medium" : "large"; };

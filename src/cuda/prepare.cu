@@ -9,6 +9,7 @@
 #include "cuda/cuda_moe.h"
 #include "cuda/cuda_moe_q.h"
 #include "cuda/device_common.cuh"
+#include "cuda/sm90_moe.cuh"
 
 namespace qmoe::cuda {
 
@@ -105,6 +106,12 @@ void repack(const void* dsrc, int bits, int E, int N, int K, bool interleaved, i
   else if (bits == 8) repack_kernel<8><<<blocks, 256>>>(s, E, N, K, pr.np, pr.kp, interleaved, half, d);
   else repack_kernel<4><<<blocks, 256>>>(s, E, N, K, pr.np, pr.kp, interleaved, half, d);
   QMOE_CUDA_LAUNCH_OK();
+  // The Hopper prefill path reads plain rows through TMA (sm90_moe.cuh). It costs a second copy of
+  // the 16-bit / fp8 weights; other formats and other GPUs have none.
+  if ((bits == 16 || pr.fmt == WFmt::kFP8) && sm90_available()) {
+    pr.wp = DevBuf(static_cast<size_t>(E) * pr.np * pr.kp * bits / 8);
+    launch_make_plain(dsrc, bits, E, N, K, pr.np, pr.kp, interleaved, half, pr.wp.ptr, nullptr);
+  }
 }
 
 float to_f32(const Tensor& t, int64_t i) {

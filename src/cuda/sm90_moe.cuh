@@ -1,0 +1,83 @@
+// The Hopper (sm_90a) prefill path of the fused MoE (sm90_moe_gemm.cu): warp-specialized
+// wgmma GEMMs fed by TMA, for 16-bit weights (HGMMA, bf16 / fp16) and fp8 e4m3 weights with fp8
+// activations (QGMMA). Used for the large-M regime (Tile::kLarge) when the device is sm_90 and the
+// layer's weights have a "plain" copy (prepare: [E][np][kp] rows in the prepared column order).
+//
+// Data flow of one set of experts:
+//   sm90_gather: x (token rows) -> A[pos] in the order of moe_align's sorted ids (rows of one
+//     expert contiguous, padding rows zero): operand-dtype rows, or e4m3 codes + fp32 scales per
+//     position (per token, per 1x128 group, or the expert's static scale);
+//   GEMM1 (stage 1): h[pos] = act(A[pos] . w13[e]^T (+ b13)) for every position of the M-block;
+//   (fp8: sm90_gather again, identity order: h -> e4m3 codes + scales)
+//   GEMM2 (stage 2): o[slot] = (h[pos] . w2[e]^T (+ b2)) * router weight, slot = sorted_ids[pos].
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "cuda/config.h"
+
+namespace qmoe::cuda {
+
+struct Sm90Gemm {
+  // A: rows in sorted order, [rows][a_pitch] elements of the operand type (e4m3 bytes for fp8)
+  const void* a = nullptr;
+  int a_pitch = 0;
+  int a_rows = 0;                   // rows A holds (the align capacity)
+  const float* row_scale = nullptr; // fp8: [rows][rs_groups] by sorted position
+  int rs_groups = 1;
+  // routing blocks (moe_align, block 128)
+  const int32_t* sorted_ids = nullptr;
+  const int32_t* expert_ids = nullptr;
+  const int32_t* num_post = nullptr;
+  int numel = 0;
+  int max_blocks = 0;
+  // plain weights [E][np][kp] (operand type / e4m3), logical n x k
+  const void* w = nullptr;
+  int num_experts = 0;
+  int np = 0, kp = 0, n = 0, k = 0;
+  int interleaved = 0, half = 0;
+  const float* col_scale = nullptr; // fp8: [E][kg][nsc] (cuda_moe.h DevProj)
+  int kg = 0, kchunk = 0, nsc = 0, n_div = 1;
+  const float* bias = nullptr;      // [E][n] original rows
+  // epilogue
+  int stage = 1;                    // 1: h[pos][ldo] = act(...) (operand dtype); 2: o[slot][ldo] f32 * topk_w
+  int act = 0;
+  void* out = nullptr;
+  int ldo = 0;
+  const float* topk_w = nullptr;
+};
+
+// sm90_gather: one row per sorted position.
+struct Sm90Gather {
+  const void* x = nullptr;          // source rows (operand dtype), [..][ldx]
+  int ldx = 0, cols = 0;
+  int by_sorted = 1;                // 1: source row = sorted_ids[pos] / row_div; 0: source row = pos
+  int row_div = 1;
+  const float* topk_w = nullptr;    // weight on input (Llama 4), by slot; null = none
+  const int32_t* sorted_ids = nullptr;
+  const int32_t* expert_ids = nullptr;  // block 128
+  const int32_t* num_post = nullptr;
+  int numel = 0;
+  int rows = 0;                     // positions (grid)
+  int quant = 0;                    // 0 copy, 1 fp8 per token, 2 fp8 per 1x128, 3 fp8 static
+  const float* in_scale = nullptr;  // static: per local expert
+  void* out = nullptr;              // [rows][out_pitch] operand dtype (quant 0) or e4m3 bytes
+  int out_pitch = 0;
+  float* scales = nullptr;          // [rows][groups]
+  int groups = 1;
+};
+
+// True when this process can run the sm_90a kernels (an sm_90 device and the 90a code present).
+// QMOE_CUDA_WGMMA=0 turns the path off.
+bool sm90_available();
+// Whether the Hopper path can run this projection pair (format, mode); see the .cu.
+bool sm90_supports(WFmt fmt, int mode, int chunk);
+void launch_sm90_gemm(bool f16, bool fp8, const Sm90Gemm& p, cudaStream_t s);
+void launch_sm90_gather(bool f16, const Sm90Gather& p, cudaStream_t s);
+// Plain weight copy for the Hopper path: dst[e][n][k] (np x kp, zero padded) from canonical
+// src[e][N][K] (bits 16 or 8), rows in the prepared column order (w13 interleaved by 8).
+void launch_make_plain(const void* src, int bits, int E, int N, int K, int np, int kp, bool interleaved, int half,
+                       void* dst, cudaStream_t s);
+
+}  // namespace qmoe::cuda

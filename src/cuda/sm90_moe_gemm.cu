@@ -1,0 +1,529 @@
+// Hopper (sm_90a) grouped GEMMs of the fused MoE for the large-M regime (sm90_moe.cuh).
+//
+// One CTA computes a 128 x BN tile of one expert: 3 warpgroups, warp-specialized.
+//   warpgroup 0 (producer, 40 registers): one thread issues the TMA loads of A (rows of the
+//     M-block, already in sorted order) and B (the expert's plain weights, a 3-D tensor map over
+//     [E][np][kp]) into a STAGES-deep ring of 128-byte-swizzled stages, completing on mbarriers;
+//   warpgroups 1, 2 (consumers, 232 registers): each multiplies 64 of the 128 rows with wgmma
+//     (both operands from shared memory through 128B-swizzle descriptors) and runs the epilogue.
+// 16-bit: BK = 64, BN = 256, m64n256k16 (HGMMA), fp32 accumulators, 4 stages.
+// fp8: BK = 128, BN = 128, m64n128k32 e4m3 x e4m3 (QGMMA). The tensor core sums the four k32 steps
+//   of one 128-wide k-block in its own accumulator format; that partial is added into fp32
+//   registers once per k-block ("promotion", as DeepSeek-V3 and CUTLASS do), scaled there by the
+//   block's activation x weight scales when they change along K (1x128 / 128x128 scales), else
+//   the fp32 sum is scaled once at the end (numerics.md's product order).
+// Tiles are visited in groups of 8 M-blocks (all N tiles of a group before the next), so a wave
+// of CTAs shares each A tile and each weight tile through L2.
+#include <cuda.h>
+#include <cuda_fp8.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <mutex>
+#include <type_traits>
+
+#include "cuda/device_common.cuh"
+#include "cuda/sm90_moe.cuh"
+
+namespace qmoe::cuda {
+namespace {
+
+using namespace dev;
+
+#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define QMOE_SM90A 1
+#else
+#define QMOE_SM90A 0
+#endif
+
+#if QMOE_SM90A
+#include "cuda/sm90_wgmma.inc"
+#endif
+
+constexpr int kBM = 128;
+constexpr int kGroupM = 8;
+
+template <bool FP8>
+struct Sm90Cfg {
+  static constexpr int BN = FP8 ? 128 : 256;
+  static constexpr int BK = FP8 ? 128 : 64;         // elements per k-block (128 bytes per row)
+  static constexpr int STAGES = FP8 ? 6 : 4;
+  static constexpr int A_ST = kBM * 128;              // bytes per stage
+  static constexpr int B_ST = BN * 128;
+  static constexpr int NACC = BN / 2;                 // fp32 accumulators per thread (64 rows / 128 threads)
+  static constexpr int SMEM = STAGES * (A_ST + B_ST) + 2 * STAGES * 8 + 1024;  // + barriers + alignment
+};
+
+// ---- PTX helpers (sm_90) -------------------------------------------------------------------------
+__device__ __forceinline__ void mbar_init(uint64_t* bar, int count) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(count));
+}
+__device__ __forceinline__ void mbar_expect_tx(uint64_t* bar, uint32_t bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
+  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(bar)) : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
+  uint32_t done = 0;
+  do {
+    asm volatile(
+        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+        : "=r"(done)
+        : "r"(smem_u32(bar)), "r"(parity)
+        : "memory");
+  } while (!done);
+}
+__device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, uint64_t* bar, int c0, int c1) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];\n" ::"r"(
+          smem_u32(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_u32(bar)), "r"(c0), "r"(c1)
+      : "memory");
+}
+__device__ __forceinline__ void tma_load_3d(void* dst, const CUtensorMap* map, uint64_t* bar, int c0, int c1, int c2) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], [%2];\n" ::"r"(
+          smem_u32(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_u32(bar)), "r"(c0), "r"(c1), "r"(c2)
+      : "memory");
+}
+// K-major operand tile with 128-byte rows, 128B swizzle (what TMA's SWIZZLE_128B writes): 8-row
+// core groups 1024 bytes apart. The start address moves by 32 bytes per k16 (bf16) / k32 (fp8) step.
+__device__ __forceinline__ uint64_t smem_desc(const void* p) {
+  const uint64_t addr = smem_u32(p);
+  return ((addr & 0x3FFFF) >> 4) | (1ull << 16) | (static_cast<uint64_t>(1024 >> 4) << 32) | (1ull << 62);
+}
+
+#if QMOE_SM90A
+__device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void setmaxnreg_inc() {
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+template <int N>
+__device__ __forceinline__ void setmaxnreg_dec() {
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+}
+#endif
+
+__device__ __forceinline__ int orig_row(const Sm90Gemm& p, int n) {
+  if (!p.interleaved) return n;
+  return ((n >> 3) & 1) * p.half + (n >> 4) * 8 + (n & 7);
+}
+
+template <class Op, bool FP8>
+__global__ void __launch_bounds__(384, 1)
+    sm90_moe_gemm_kernel(const __grid_constant__ CUtensorMap tma_a, const __grid_constant__ CUtensorMap tma_b,
+                         const Sm90Gemm p) {
+#if QMOE_SM90A
+  using C = Sm90Cfg<FP8>;
+  constexpr int BN = C::BN, BK = C::BK, STAGES = C::STAGES, NACC = C::NACC;
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  uint8_t* sA = smem;
+  uint8_t* sB = smem + STAGES * C::A_ST;
+  uint64_t* full = reinterpret_cast<uint64_t*>(sB + STAGES * C::B_ST);
+  uint64_t* empty = full + STAGES;
+
+  // grouped raster: kGroupM M-blocks x all N tiles, M fastest
+  const int ntn = (p.np + BN - 1) / BN;
+  const int L = blockIdx.x;
+  const int group = L / (kGroupM * ntn), rem = L % (kGroupM * ntn);
+  const int nb = rem / kGroupM, mb = group * kGroupM + rem % kGroupM;
+  if (mb >= p.max_blocks || mb * kBM >= *p.num_post) return;
+  const int e = p.expert_ids[mb];
+  if (e < 0) return;  // expert of another rank: its slots stay zero (pre-cleared)
+
+  const int wg = threadIdx.x >> 7, tid = threadIdx.x & 127;
+  if (threadIdx.x == 0) {
+#pragma unroll
+    for (int s = 0; s < STAGES; ++s) {
+      mbar_init(&full[s], 1);
+      mbar_init(&empty[s], 8);  // one arrival per consumer warp
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+  const int nk = (p.k + BK - 1) / BK;
+
+  if (wg == 0) {
+    setmaxnreg_dec<40>();
+    if (tid == 0) {
+      asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&tma_a)) : "memory");
+      asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&tma_b)) : "memory");
+      for (int kb = 0; kb < nk; ++kb) {
+        const int s = kb % STAGES;
+        mbar_wait(&empty[s], ((kb / STAGES) & 1) ^ 1);
+        mbar_expect_tx(&full[s], C::A_ST + C::B_ST);
+        tma_load_2d(sA + s * C::A_ST, &tma_a, &full[s], kb * BK, mb * kBM);
+        tma_load_3d(sB + s * C::B_ST, &tma_b, &full[s], kb * BK, nb * BN, e);
+      }
+    }
+    return;
+  }
+
+  setmaxnreg_inc<232>();
+  const int cw = wg - 1;  // rows cw * 64 .. + 63 of the tile
+  const int warp = tid >> 5, lane = tid & 31;
+  float acc[NACC];
+#pragma unroll
+  for (int i = 0; i < NACC; ++i) acc[i] = 0.f;
+
+  // fp8 scales: rows r0, r0 + 8 of this thread; columns nb * BN + 8 j + 2 (lane & 3) + {0, 1}
+  const int row_base = mb * kBM + cw * 64 + warp * 16 + (lane >> 2);
+  float rs[2] = {1.f, 1.f};
+  auto load_rs = [&](int g) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) rs[h] = p.row_scale[static_cast<size_t>(row_base + h * 8) * p.rs_groups + g];
+  };
+  auto col_scale = [&](int n, int g) -> float {
+    const int r = orig_row(p, n);
+    if (n >= p.np || r >= p.n) return 0.f;
+    return __ldg(p.col_scale + (static_cast<size_t>(e) * p.kg + g) * p.nsc + (p.n_div == 1 ? r : r / p.n_div));
+  };
+  // chunked fp8 (scales change along K): per k-block weight group / activation group
+  const bool chunked = FP8 && (p.kchunk > 0 || p.rs_groups > 1);
+
+  if constexpr (FP8) {
+    float tmp[NACC];
+    for (int kb = 0; kb < nk; ++kb) {
+      const int s = kb % STAGES;
+      mbar_wait(&full[s], (kb / STAGES) & 1);
+      const uint8_t* a_st = sA + s * C::A_ST + cw * 64 * 128;
+      const uint8_t* b_st = sB + s * C::B_ST;
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) wgmma_n128_e4m3(tmp, smem_desc(a_st + kk * 32), smem_desc(b_st + kk * 32), kk);
+      wgmma_commit();
+      wgmma_wait0();
+      if (lane == 0) mbar_arrive(&empty[s]);
+      if (chunked) {
+        const int k0 = kb * BK;
+        const int gw = p.kchunk > 0 ? min(k0 / p.kchunk, p.kg - 1) : 0;
+        const int ga = p.rs_groups > 1 ? min(k0 / 128, p.rs_groups - 1) : 0;
+        load_rs(ga);
+#pragma unroll
+        for (int j = 0; j < NACC / 4; ++j)
+#pragma unroll
+          for (int e2 = 0; e2 < 2; ++e2) {
+            const float cs = col_scale(nb * BN + 8 * j + 2 * (lane & 3) + e2, gw);
+#pragma unroll
+            for (int h = 0; h < 2; ++h) acc[j * 4 + h * 2 + e2] += tmp[j * 4 + h * 2 + e2] * (rs[h] * cs);
+          }
+      } else {
+#pragma unroll
+        for (int i = 0; i < NACC; ++i) acc[i] += tmp[i];
+      }
+    }
+    if (!chunked) {  // one scale pair for the whole K
+      load_rs(0);
+#pragma unroll
+      for (int j = 0; j < NACC / 4; ++j)
+#pragma unroll
+        for (int e2 = 0; e2 < 2; ++e2) {
+          const float cs = col_scale(nb * BN + 8 * j + 2 * (lane & 3) + e2, 0);
+#pragma unroll
+          for (int h = 0; h < 2; ++h) acc[j * 4 + h * 2 + e2] *= rs[h] * cs;
+        }
+    }
+  } else {
+    for (int kb = 0; kb < nk; ++kb) {
+      const int s = kb % STAGES;
+      mbar_wait(&full[s], (kb / STAGES) & 1);
+      const uint8_t* a_st = sA + s * C::A_ST + cw * 64 * 128;
+      const uint8_t* b_st = sB + s * C::B_ST;
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) {
+        if constexpr (std::is_same_v<Op, BF16>)
+          wgmma_n256_bf16(acc, smem_desc(a_st + kk * 32), smem_desc(b_st + kk * 32), 1);
+        else
+          wgmma_n256_f16(acc, smem_desc(a_st + kk * 32), smem_desc(b_st + kk * 32), 1);
+      }
+      wgmma_commit();
+      wgmma_wait0();
+      if (lane == 0) mbar_arrive(&empty[s]);
+    }
+  }
+
+  // ---- epilogue: thread holds rows row_base + {0, 8}, columns 8 j + 2 (lane & 3) + {0, 1}
+  using T = typename Op::T;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int pos = row_base + h * 8;
+    const int sid = p.sorted_ids[pos];
+    if (p.stage == 1) {
+      // prepared columns: n16 tile q holds 8 gate rows (j = 2q) then the 8 matching up rows (2q + 1)
+      T* hrow = static_cast<T*>(p.out) + static_cast<size_t>(pos) * p.ldo;
+#pragma unroll
+      for (int q = 0; q < NACC / 8; ++q) {
+        const int tile = nb * (BN / 16) + q;
+        const int i = tile * 8 + 2 * (lane & 3);
+        if (i >= p.half) continue;
+        float hv[2];
+#pragma unroll
+        for (int e2 = 0; e2 < 2; ++e2) {
+          float g = acc[(2 * q) * 4 + h * 2 + e2], u = acc[(2 * q + 1) * 4 + h * 2 + e2];
+          if (p.bias != nullptr) {
+            g += p.bias[static_cast<size_t>(e) * p.n + i + e2];
+            u += p.bias[static_cast<size_t>(e) * p.n + p.half + i + e2];
+          }
+          hv[e2] = act_fn(p.act, g, u);
+        }
+        *reinterpret_cast<uint32_t*>(hrow + i) = Op::pack(hv[0], hv[1]);
+      }
+    } else {
+      if (sid >= p.numel) continue;
+      const float w = p.topk_w != nullptr ? p.topk_w[sid] : 1.f;
+      float* orow = static_cast<float*>(p.out) + static_cast<size_t>(sid) * p.ldo;
+#pragma unroll
+      for (int j = 0; j < NACC / 4; ++j) {
+        const int n = nb * BN + 8 * j + 2 * (lane & 3);
+        if (n >= p.n) continue;
+        float v0 = acc[j * 4 + h * 2], v1 = acc[j * 4 + h * 2 + 1];
+        if (p.bias != nullptr) {
+          v0 += p.bias[static_cast<size_t>(e) * p.n + n];
+          v1 += p.bias[static_cast<size_t>(e) * p.n + n + 1];
+        }
+        *reinterpret_cast<float2*>(orow + n) = make_float2(v0 * w, v1 * w);
+      }
+    }
+  }
+#endif
+}
+
+// ---- A rows in sorted order (+ fp8 quantization) ---------------------------------------------------
+__device__ __forceinline__ float block_max128(float v, float* red) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  const int warp = threadIdx.x >> 5;
+  __syncthreads();
+  if ((threadIdx.x & 31) == 0) red[warp] = v;
+  __syncthreads();
+  return fmaxf(fmaxf(red[0], red[1]), fmaxf(red[2], red[3]));
+}
+
+__device__ __forceinline__ uint8_t to_e4m3(float v) {
+  return static_cast<uint8_t>(__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3));
+}
+
+// 128 threads per position. The value of a source element is exactly what act_prep_kernel
+// (moe_kernels.cu) computes: round_act(x * w) for weight-on-input rows, else x.
+template <class Op>
+__global__ void __launch_bounds__(128) sm90_gather_kernel(const Sm90Gather p) {
+  using T = typename Op::T;
+  __shared__ float red[4];
+  const int pos = blockIdx.x;
+  if (pos >= *p.num_post) return;
+  const int sid = p.sorted_ids[pos];
+  const bool live = sid < p.numel;
+  const int tid = threadIdx.x;
+  if (!live) {  // padding row: zeros (never read into an output)
+    if (p.quant == 0) {
+      T* dst = static_cast<T*>(p.out) + static_cast<size_t>(pos) * p.out_pitch;
+      for (int i = tid; i < p.cols; i += 128) dst[i] = Op::from_f(0.f);
+    } else {
+      uint8_t* dst = static_cast<uint8_t*>(p.out) + static_cast<size_t>(pos) * p.out_pitch;
+      for (int i = tid; i < p.cols; i += 128) dst[i] = 0;
+      for (int g = tid; g < p.groups; g += 128) p.scales[static_cast<size_t>(pos) * p.groups + g] = 0.f;
+    }
+    return;
+  }
+  const int64_t srow = p.by_sorted ? sid / p.row_div : pos;
+  const T* src = static_cast<const T*>(p.x) + srow * p.ldx;
+  const float w = p.topk_w != nullptr ? p.topk_w[sid] : 1.f;
+  auto val = [&](int i) -> float {
+    float v = Op::to_f(src[i]);
+    if (p.topk_w != nullptr) v = Op::to_f(Op::from_f(v * w));
+    return v;
+  };
+  if (p.quant == 0) {
+    T* dst = static_cast<T*>(p.out) + static_cast<size_t>(pos) * p.out_pitch;
+    if (p.topk_w == nullptr && p.cols % 8 == 0 && reinterpret_cast<uintptr_t>(src) % 16 == 0 &&
+        p.out_pitch % 8 == 0) {
+      const uint4* s4 = reinterpret_cast<const uint4*>(src);
+      uint4* d4 = reinterpret_cast<uint4*>(dst);
+      for (int i = tid; i < p.cols / 8; i += 128) d4[i] = s4[i];
+    } else {
+      for (int i = tid; i < p.cols; i += 128) dst[i] = Op::from_f(val(i));
+    }
+    return;
+  }
+  uint8_t* dst = static_cast<uint8_t*>(p.out) + static_cast<size_t>(pos) * p.out_pitch;
+  if (p.quant == 3 || p.quant == 1) {
+    float s;
+    if (p.quant == 3) {
+      s = p.in_scale[p.expert_ids[pos / kBM]];
+    } else {
+      float mx = 0.f;
+      for (int i = tid; i < p.cols; i += 128) mx = fmaxf(mx, fabsf(val(i)));
+      s = fmaxf(block_max128(mx, red), 1e-10f) / 448.f;
+    }
+    for (int i = tid; i < p.cols; i += 128) dst[i] = to_e4m3(val(i) / s);
+    if (tid == 0) p.scales[static_cast<size_t>(pos) * p.groups] = s;
+    return;
+  }
+  // quant 2: one warp per 128-column group
+  const int warp = tid >> 5, lane = tid & 31;
+  for (int g = warp; g < p.groups; g += 4) {
+    const int c0 = g * 128, c1 = min(p.cols, c0 + 128);
+    float mx = 0.f;
+    for (int i = c0 + lane; i < c1; i += 32) mx = fmaxf(mx, fabsf(val(i)));
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    const float s = fmaxf(mx, 1e-10f) / 448.f;
+    for (int i = c0 + lane; i < c1; i += 32) dst[i] = to_e4m3(val(i) / s);
+    if (lane == 0) p.scales[static_cast<size_t>(pos) * p.groups + g] = s;
+  }
+}
+
+// dst[e][n][k] = src[e][orig_row(n)][k] (zero outside), bits 16 or 8; one thread per 16 bytes of dst.
+__global__ void make_plain_kernel(const uint8_t* __restrict__ src, int esz, int E, int N, int K, int np, int kp,
+                                  int interleaved, int half, uint8_t* __restrict__ dst) {
+  const int64_t row_bytes = static_cast<int64_t>(kp) * esz;
+  const int64_t vec_per_row = row_bytes / 16;
+  const int64_t total = static_cast<int64_t>(E) * np * vec_per_row;
+  for (int64_t id = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; id < total;
+       id += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t v = id % vec_per_row;
+    const int64_t n = (id / vec_per_row) % np;
+    const int64_t e = id / vec_per_row / np;
+    int64_t r = n;
+    bool ok = n < N;
+    if (interleaved) {
+      r = ((n >> 3) & 1) * half + (n >> 4) * 8 + (n & 7);
+      ok = (n >> 4) * 8 + (n & 7) < half && r < N;
+    }
+    uint8_t b[16];
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+      const int64_t byte = v * 16 + i;
+      b[i] = (ok && byte < static_cast<int64_t>(K) * esz) ? src[(e * N + r) * static_cast<int64_t>(K) * esz + byte] : 0;
+    }
+    uint4 o;
+    o.x = b[0] | (b[1] << 8) | (b[2] << 16) | (static_cast<uint32_t>(b[3]) << 24);
+    o.y = b[4] | (b[5] << 8) | (b[6] << 16) | (static_cast<uint32_t>(b[7]) << 24);
+    o.z = b[8] | (b[9] << 8) | (b[10] << 16) | (static_cast<uint32_t>(b[11]) << 24);
+    o.w = b[12] | (b[13] << 8) | (b[14] << 16) | (static_cast<uint32_t>(b[15]) << 24);
+    reinterpret_cast<uint4*>(dst)[id] = o;
+  }
+}
+
+// ---- host side ----------------------------------------------------------------------------------------
+using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                 const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                                 CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
+EncodeTiled encode_fn() {
+  static EncodeTiled fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    if (cudaGetDriverEntryPoint("cuTensorMapEncodeTiled", &f, cudaEnableDefault, &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess)
+      f = nullptr;
+    return reinterpret_cast<EncodeTiled>(f);
+  }();
+  return fn;
+}
+
+// Tensor map of a K-major operand: dims (inner first) {k, rows[, experts]}, pitch in bytes per row,
+// box {128 bytes of k, box_rows[, 1]}, 128B swizzle, zero fill out of bounds.
+CUtensorMap make_map(const void* base, bool byte_elems, int k, int rows, int experts, int64_t pitch_bytes,
+                     int box_rows) {
+  CUtensorMap m;
+  EncodeTiled enc = encode_fn();
+  QMOE_CHECK(enc != nullptr, kInternal, "CUDA: cuTensorMapEncodeTiled is not available from the driver");
+  const CUtensorMapDataType dt = byte_elems ? CU_TENSOR_MAP_DATA_TYPE_UINT8 : CU_TENSOR_MAP_DATA_TYPE_UINT16;
+  const int box_k = byte_elems ? 128 : 64;
+  cuuint64_t dims[3] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(rows), static_cast<cuuint64_t>(experts)};
+  cuuint64_t strides[2] = {static_cast<cuuint64_t>(pitch_bytes),
+                           static_cast<cuuint64_t>(pitch_bytes) * static_cast<cuuint64_t>(rows)};
+  cuuint32_t box[3] = {static_cast<cuuint32_t>(box_k), static_cast<cuuint32_t>(box_rows), 1};
+  cuuint32_t estr[3] = {1, 1, 1};
+  const cuuint32_t rank = experts > 0 ? 3 : 2;
+  CUresult r = enc(&m, dt, rank, const_cast<void*>(base), dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                   CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  QMOE_CHECK(r == CUDA_SUCCESS, kInternal, "CUDA: cuTensorMapEncodeTiled failed (", static_cast<int>(r), ") for k ", k,
+             " rows ", rows, " experts ", experts, " pitch ", pitch_bytes);
+  return m;
+}
+
+template <class Op, bool FP8>
+void launch_gemm(const Sm90Gemm& p, cudaStream_t s) {
+  using C = Sm90Cfg<FP8>;
+  auto kern = sm90_moe_gemm_kernel<Op, FP8>;
+  static std::once_flag once;
+  std::call_once(once, [&] { QMOE_CUDA_OK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM)); });
+  const int esz = FP8 ? 1 : 2;
+  const CUtensorMap ma = make_map(p.a, FP8, p.k, p.a_rows, 0, static_cast<int64_t>(p.a_pitch) * esz, kBM);
+  const CUtensorMap mb = make_map(p.w, FP8, p.k, p.np, p.num_experts, static_cast<int64_t>(p.kp) * esz, C::BN);
+  const int ntn = (p.np + C::BN - 1) / C::BN;
+  const int groups = (p.max_blocks + kGroupM - 1) / kGroupM;
+  const dim3 grid(static_cast<unsigned>(groups * kGroupM * ntn));
+  kern<<<grid, 384, C::SMEM, s>>>(ma, mb, p);
+  QMOE_CUDA_LAUNCH_OK();
+}
+
+bool env_off() {
+  const char* v = std::getenv("QMOE_CUDA_WGMMA");
+  return v != nullptr && v[0] == '0';
+}
+
+}  // namespace
+
+bool sm90_available() {
+  static const bool ok = [] {
+    if (env_off()) return false;
+    int dev = 0, major = 0, minor = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) return false;
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+    if (major != 9 || minor != 0) return false;
+    cudaFuncAttributes fa{};
+    if (cudaFuncGetAttributes(&fa, sm90_moe_gemm_kernel<BF16, false>) != cudaSuccess) {
+      cudaGetLastError();
+      return false;
+    }
+    if (fa.binaryVersion < 90 || encode_fn() == nullptr) return false;
+    return true;
+  }();
+  return ok;
+}
+
+bool sm90_supports(WFmt fmt, int mode, int chunk) {
+  if (fmt == WFmt::k16) return mode == 0;
+  if (fmt == WFmt::kFP8) return mode == 3 || (mode == 1 && chunk % 128 == 0);
+  return false;
+}
+
+void launch_sm90_gemm(bool f16, bool fp8, const Sm90Gemm& p, cudaStream_t s) {
+  if (fp8) {
+    if (f16) launch_gemm<F16, true>(p, s);
+    else launch_gemm<BF16, true>(p, s);
+  } else {
+    if (f16) launch_gemm<F16, false>(p, s);
+    else launch_gemm<BF16, false>(p, s);
+  }
+}
+
+void launch_sm90_gather(bool f16, const Sm90Gather& p, cudaStream_t s) {
+  if (p.rows == 0) return;
+  if (f16) sm90_gather_kernel<F16><<<static_cast<unsigned>(p.rows), 128, 0, s>>>(p);
+  else sm90_gather_kernel<BF16><<<static_cast<unsigned>(p.rows), 128, 0, s>>>(p);
+  QMOE_CUDA_LAUNCH_OK();
+}
+
+void launch_make_plain(const void* src, int bits, int E, int N, int K, int np, int kp, bool interleaved, int half,
+                       void* dst, cudaStream_t s) {
+  const int esz = bits / 8;
+  const int64_t vecs = static_cast<int64_t>(E) * np * kp * esz / 16;
+  const int blocks = static_cast<int>(std::min<int64_t>((vecs + 255) / 256, 65535 * 8));
+  make_plain_kernel<<<blocks, 256, 0, s>>>(static_cast<const uint8_t*>(src), esz, E, N, K, np, kp, interleaved ? 1 : 0,
+                                          half, static_cast<uint8_t*>(dst));
+  QMOE_CUDA_LAUNCH_OK();
+}
+
+}  // namespace qmoe::cuda

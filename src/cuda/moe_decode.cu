@@ -242,26 +242,40 @@ __global__ void __launch_bounds__(kThreads) moe_decode_kernel(const GemmParams p
   float zf[kNT][2];
   uint32_t zmagic[kNT][2];
   const float zsym = F == WFmt::kU4 ? 8.f : 128.f;
+  // per-row offsets, fixed for the block: zero-point row r (original row) and scale column
+  // r / n_div, -1 for padding rows (no division in the main loop)
+  int zrow[kNT][2], scol[kNT][2];
+#pragma unroll
+  for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const int r = orig_row(p, (nb * kNT + nt) * 16 + j * 8 + g);
+      zrow[nt][j] = r < p.n ? r : -1;
+      scol[nt][j] = r < p.n ? (p.n_div == 1 ? r : r / p.n_div) : -1;
+    }
+  // chunk index of a chunk start k0 (a multiple of 16) without an integer division: (k0 + 8) / c
+  // lies >= 8 / c inside its integer interval, far beyond the fp32 error (k0 < 2^24)
+  const float inv_kchunk = p.kchunk > 0 ? 1.f / static_cast<float>(p.kchunk) : 0.f;
+  const float inv_rs = p.rs_kchunk > 0 ? 1.f / static_cast<float>(p.rs_kchunk) : 0.f;
+  const float inv_chunk = 1.f / static_cast<float>(p.chunk);
+  auto idx_of = [](int k0, float inv) { return static_cast<int>(static_cast<float>(k0 + 8) * inv); };
   auto load_chunk = [&](int k0) {
-    const int gi = p.kchunk > 0 ? min(k0 / p.kchunk, p.kg - 1) : 0;  // k0 may lie in the K padding
+    const int gi = min(idx_of(k0, inv_kchunk), p.kg - 1);  // k0 may lie in the K padding
+    const size_t gbase = static_cast<size_t>(e) * p.kg + gi;
 #pragma unroll
     for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
       for (int j = 0; j < 2; ++j) {
-        const int n = (nb * kNT + nt) * 16 + j * 8 + g;
-        const int r = orig_row(p, n);
-        const bool ok = r < p.n;
-        const size_t gbase = static_cast<size_t>(e) * p.kg + gi;
-        if (per_chunk) cs[nt][j] = ok ? __ldg(p.col_scale + gbase * p.nsc + r / p.n_div) : 0.f;
+        if (per_chunk) cs[nt][j] = scol[nt][j] >= 0 ? __ldg(p.col_scale + gbase * p.nsc + scol[nt][j]) : 0.f;
         if constexpr (kInt) {
-          const float z = (p.zero != nullptr && ok) ? __ldg(p.zero + gbase * p.n + r) : zsym;
+          const float z = (p.zero != nullptr && zrow[nt][j] >= 0) ? __ldg(p.zero + gbase * p.n + zrow[nt][j]) : zsym;
           zf[nt][j] = z;
           zmagic[nt][j] = Op::pack(Op::kInt4Base + z, Op::kInt4Base + z);
         }
       }
     if (per_chunk) {
       const float stat = p.in_scale != nullptr ? p.in_scale[e] : 1.f;
-      const int rg = p.rs_kchunk > 0 ? min(k0 / p.rs_kchunk, p.rs_groups - 1) : 0;
+      const int rg = min(idx_of(k0, inv_rs), p.rs_groups - 1);
 #pragma unroll
       for (int h = 0; h < 2; ++h)
         rs[h] = p.row_scale == nullptr ? stat
@@ -297,7 +311,7 @@ __global__ void __launch_bounds__(kThreads) moe_decode_kernel(const GemmParams p
     const int k0 = a * KA;  // absolute k of the atom
     if (per_chunk && in == 0) {
       chunk_k0 = k0;
-      chunk_end = (k0 / p.chunk + 1) * p.chunk;
+      chunk_end = (idx_of(k0, inv_chunk) + 1) * p.chunk;
       load_chunk(k0);
     }
     // token (B) fragments of the atom's k16 steps: {k 2t..2t+1, k 2t+8..2t+9} of row g

@@ -82,7 +82,7 @@ inline GemmConfig select_config(const GemmProblem& p) {
 // shared memory. Its A rows (the block's tokens over the block's K range) sit in shared memory, so
 // one block's K range is capped; longer K is split over the grid (fp32 atomics, as the small tile).
 constexpr int kDecodeRows = 8;        // rows per M-block (align block size)
-constexpr int kDecodeMaxRows = 8;     // expected rows per touched expert up to which decode runs
+constexpr int kDecodeMaxRows = 4;     // expected rows per touched expert up to which decode runs
 constexpr int kDecodeTileN = 32;      // output columns per block (2 n16 atom columns)
 constexpr int kDecodeWarps = 8;       // warps per block (K split over them)
 constexpr int kDecodeMaxK = 4096;     // k-columns of A one block stages (8 rows x 4096 x 2 B = 64 KiB)
@@ -111,7 +111,11 @@ inline DecodeConfig select_decode(const GemmProblem& p, bool fill_splits) {
   const int64_t slots = p.m * p.top_k;
   const int64_t touched = slots < p.num_experts ? slots : p.num_experts;
   const int64_t rows_per_expert = (slots + touched - 1) / (touched > 0 ? touched : 1);
-  c.use = rows_per_expert <= kDecodeMaxRows;
+  // Measured on the H200 (docs/perf.md): against the 16-row mma.sync tile, decode gains 7-38% on
+  // int4 / fp8 at 1 row per expert, breaks even at 2-4, loses 30-37% at 8 (deepseek-v3 /
+  // gpt-oss-120b M = 256), and loses 3-10% on 16-bit weights at any M (no dequantization to hide
+  // the loads behind): quantized formats only, up to 4 rows.
+  c.use = p.wfmt != WFmt::k16 && rows_per_expert <= kDecodeMaxRows;
   c.slab_ktiles = decode_slab_ktiles(p.chunk, p.k);
   const int ktiles = (p.k + 63) / 64;
   const int slabs = (ktiles + c.slab_ktiles - 1) / c.slab_ktiles;

@@ -109,7 +109,7 @@ void repack(const void* dsrc, int bits, int E, int N, int K, bool interleaved, i
   // The Hopper prefill path reads plain rows through TMA (sm90_moe.cuh). It costs a second copy of
   // the 16-bit / fp8 weights; other formats and other GPUs have none.
   if ((bits == 16 || pr.fmt == WFmt::kFP8) && sm90_available()) {
-    pr.wp = DevBuf(static_cast<size_t>(E) * pr.np * pr.kp * bits / 8);
+    pr.wp = DevBuf(sm90_plain_bytes(E, pr.np, pr.kp, bits));
     launch_make_plain(dsrc, bits, E, N, K, pr.np, pr.kp, interleaved, half, pr.wp.ptr, nullptr);
   }
 }

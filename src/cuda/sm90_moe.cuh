@@ -32,7 +32,7 @@ struct Sm90Gemm {
   const int32_t* num_post = nullptr;
   int numel = 0;
   int max_blocks = 0;
-  // plain weights [E][np][kp] (operand type / e4m3), logical n x k
+  // plain weights (tiled: sm90_plain_bytes), logical n x k
   const void* w = nullptr;
   int num_experts = 0;
   int np = 0, kp = 0, n = 0, k = 0;
@@ -68,6 +68,16 @@ struct Sm90Gather {
   int groups = 1;
 };
 
+// Plain weight copy of the Hopper path, tiled so that every TMA box is one contiguous 32 KiB piece
+// of memory (a row-major [N][K] copy made each box 256 strided 128-byte pieces, which streamed from
+// HBM at ~40-60% of the read rate): [E][nt][kt][256 rows][128 bytes], nt = ceil(np / 256), kt =
+// ceil(kp * bytes / 128); rows in the prepared column order, zeros outside N x K.
+__host__ __device__ inline int sm90_plain_nt(int np) { return (np + 255) / 256; }
+__host__ __device__ inline int sm90_plain_kt(int kp, int bits) { return (kp * (bits / 8) + 127) / 128; }
+inline size_t sm90_plain_bytes(int E, int np, int kp, int bits) {
+  return static_cast<size_t>(E) * sm90_plain_nt(np) * sm90_plain_kt(kp, bits) * 256 * 128;
+}
+
 // True when this process can run the sm_90a kernels (an sm_90 device and the 90a code present).
 // QMOE_CUDA_WGMMA=0 turns the path off.
 bool sm90_available();
@@ -75,8 +85,8 @@ bool sm90_available();
 bool sm90_supports(WFmt fmt, int mode, int chunk);
 void launch_sm90_gemm(bool f16, bool fp8, const Sm90Gemm& p, cudaStream_t s);
 void launch_sm90_gather(bool f16, const Sm90Gather& p, cudaStream_t s);
-// Plain weight copy for the Hopper path: dst[e][n][k] (np x kp, zero padded) from canonical
-// src[e][N][K] (bits 16 or 8), rows in the prepared column order (w13 interleaved by 8).
+// Plain weight copy for the Hopper path (tiled, above) from canonical src[e][N][K] (bits 16 or 8),
+// rows in the prepared column order (w13 interleaved by 8); dst holds sm90_plain_bytes().
 void launch_make_plain(const void* src, int bits, int E, int N, int K, int np, int kp, bool interleaved, int half,
                        void* dst, cudaStream_t s);
 

@@ -88,7 +88,11 @@ int wgmma_min_rows() {
 }
 
 bool sm90_eligible(const DevExperts& ex) {
-  if (ex.w13.wp.ptr == nullptr || ex.w2.wp.ptr == nullptr) return false;
+  if (!sm90_available()) return false;
+  // the wq kernel reads the atoms; WNA16 only (W8A8 / W4A8 quantize activations: mma.sync)
+  const bool atoms = (ex.fmt == WFmt::kU4 || ex.fmt == WFmt::kU8);
+  if (atoms && ex.act_quant != ActQuant::kNone) return false;
+  if (!atoms && (ex.w13.wp.ptr == nullptr || ex.w2.wp.ptr == nullptr)) return false;
   return sm90_supports(ex.fmt, mode_of(ex.w13, ex.act_quant), chunk_of(ex.w13, ex.act_quant)) &&
          sm90_supports(ex.fmt, mode_of(ex.w2, ex.act_quant), chunk_of(ex.w2, ex.act_quant));
 }
@@ -272,6 +276,7 @@ void run_experts_sm90(const DevExperts& ex, const ExpertsPlan& pl, const void* x
                       const int32_t* topk_ids, const int32_t* emap, bool on_input, cudaStream_t s) {
   const bool f16 = ex.act == DType::kF16;
   const bool fp8 = ex.fmt == WFmt::kFP8;
+  const bool wq = ex.fmt == WFmt::kU4 || ex.fmt == WFmt::kU8;
   const int H = ex.hidden, I = ex.intermediate;
   const int qa = fp8 ? quant_code(ex.act_quant) : 0;
   launch_align(topk_ids, static_cast<int>(pl.numel), emap, ex.num_experts, pl.bm, pl.cap, pl.sorted, pl.eids,
@@ -303,7 +308,7 @@ void run_experts_sm90(const DevExperts& ex, const ExpertsPlan& pl, const void* x
     q.num_post = pl.npost;
     q.numel = static_cast<int>(pl.numel);
     q.max_blocks = static_cast<int>(std::min<int64_t>(pl.cap / pl.bm, pl.numel));
-    q.w = pr.wp.ptr;
+    q.w = wq ? pr.w.ptr : pr.wp.ptr;
     q.num_experts = ex.num_experts;
     q.np = pr.np;
     q.kp = pr.kp;
@@ -317,6 +322,13 @@ void run_experts_sm90(const DevExperts& ex, const ExpertsPlan& pl, const void* x
     q.nsc = pr.nsc;
     q.n_div = pr.n_div;
     q.bias = pr.bias.as<float>();
+    q.zero = pr.zero.as<float>();
+    q.chunk = chunk_of(pr, ex.act_quant);
+  };
+  // int4 / int8 weights: the quantized-weight wgmma kernel on the prepared atoms
+  auto launch = [&](const Sm90Gemm& q) {
+    if (wq) launch_sm90_wq_gemm(f16, ex.fmt, q, s);
+    else launch_sm90_gemm(f16, fp8, q, s);
   };
   Sm90Gemm g1;
   common(g1, ex.w13);
@@ -328,7 +340,7 @@ void run_experts_sm90(const DevExperts& ex, const ExpertsPlan& pl, const void* x
   g1.act = act_code(ex.activation);
   g1.out = pl.hs;
   g1.ldo = ex.w2.kp;
-  launch_sm90_gemm(f16, fp8, g1, s);
+  launch(g1);
 
   const void* a2 = pl.hs;
   if (fp8) {
@@ -357,7 +369,7 @@ void run_experts_sm90(const DevExperts& ex, const ExpertsPlan& pl, const void* x
   g2.ldo = H;
   g2.topk_w = on_input ? nullptr : topk_w;
   if (emap != nullptr) QMOE_CUDA_OK(cudaMemsetAsync(pl.o, 0, static_cast<size_t>(pl.numel) * H * 4, s));
-  launch_sm90_gemm(f16, fp8, g2, s);
+  launch(g2);
 }
 
 // One set of experts: from x and routing to o[slot][H] (router weight applied unless on input).

@@ -40,6 +40,9 @@ struct Sm90Gemm {
   const float* col_scale = nullptr; // fp8: [E][kg][nsc] (cuda_moe.h DevProj)
   int kg = 0, kchunk = 0, nsc = 0, n_div = 1;
   const float* bias = nullptr;      // [E][n] original rows
+  // quantized-weight kernel (launch_sm90_wq_gemm): the prepared atoms (cuda_moe.h) in `w`
+  const float* zero = nullptr;      // [E][kg][n] asym zero points, null = symmetric
+  int chunk = 1 << 30;              // k-columns per weight scale group (multiple of 64; 1 << 30 = channel)
   // epilogue
   int stage = 1;                    // 1: h[pos][ldo] = act(...) (operand dtype); 2: o[slot][ldo] f32 * topk_w
   int act = 0;
@@ -81,9 +84,12 @@ inline size_t sm90_plain_bytes(int E, int np, int kp, int bits) {
 // True when this process can run the sm_90a kernels (an sm_90 device and the 90a code present).
 // QMOE_CUDA_WGMMA=0 turns the path off.
 bool sm90_available();
-// Whether the Hopper path can run this projection pair (format, mode); see the .cu.
+// Whether the Hopper path can run this projection (format, mode, accumulation chunk); see the .cu.
 bool sm90_supports(WFmt fmt, int mode, int chunk);
 void launch_sm90_gemm(bool f16, bool fp8, const Sm90Gemm& p, cudaStream_t s);
+// int4 / int8 weights (WNA16, prepared atoms) on wgmma with the weights as the register operand:
+// D^T[n][token] = W[n][:] . X[token][:], 128 weight rows x 128 tokens per CTA (sm90_moe_gemm.cu).
+void launch_sm90_wq_gemm(bool f16, WFmt fmt, const Sm90Gemm& p, cudaStream_t s);
 void launch_sm90_gather(bool f16, const Sm90Gather& p, cudaStream_t s);
 // Plain weight copy for the Hopper path (tiled, above) from canonical src[e][N][K] (bits 16 or 8),
 // rows in the prepared column order (w13 interleaved by 8); dst holds sm90_plain_bytes().

@@ -101,6 +101,7 @@ __device__ __forceinline__ uint64_t smem_desc(const void* p) {
 __device__ __forceinline__ void wgmma_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wgmma_wait0() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+__device__ __forceinline__ void wgmma_wait1() { asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory"); }
 template <int N>
 __device__ __forceinline__ void setmaxnreg_inc() {
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
@@ -247,9 +248,11 @@ __global__ void __launch_bounds__(384, 1)
           wgmma_n256_f16(acc, smem_desc(a_st + kk * 32), smem_desc(b_st + kk * 32), 1);
       }
       wgmma_commit();
-      wgmma_wait0();
-      if (lane == 0) mbar_arrive(&empty[s]);
+      // k-block kb's HGMMAs stay in flight while the next stage is awaited; kb - 1's are done
+      wgmma_wait1();
+      if (kb > 0 && lane == 0) mbar_arrive(&empty[(kb - 1) % STAGES]);
     }
+    wgmma_wait0();
   }
 
   // ---- epilogue: thread holds rows row_base + {0, 8}, columns 8 j + 2 (lane & 3) + {0, 1}
@@ -294,6 +297,248 @@ __global__ void __launch_bounds__(384, 1)
         *reinterpret_cast<float2*>(orow + n) = make_float2(v0 * w, v1 * w);
       }
     }
+  }
+#endif
+}
+
+// ---- quantized weights (int4 / int8 atoms) as the register operand ---------------------------------
+// D^T[n][t] = sum_k W[n][k] X[t][k]: wgmma m64n128k16 with A = 64 weight rows from registers (each
+// warp dequantizes its own n16 atom into the A fragment: the atom's per-lane words are exactly the
+// m16n8k16 fragment values of 16 rows x 16 k, in another register order) and B = the M-block's 128
+// token rows from shared memory (TMA, as above). Weights arrive by bulk copies of whole atoms.
+// Numerics as the mma.sync kernels: (u - z) is an exact operand; per weight group the partials
+// (scale_d = 0 at a group's first k16) are added into fp32 with the group's scale, or (channel
+// scales) accumulated directly and scaled once at the end.
+template <WFmt F> struct WqFmt;
+template <> struct WqFmt<WFmt::kU4> { static constexpr int KA = 64; };
+template <> struct WqFmt<WFmt::kU8> { static constexpr int KA = 32; };
+
+constexpr int kWqStages = 6;
+template <WFmt F>
+struct WqCfg {
+  static constexpr int ATOMS = 64 / WqFmt<F>::KA;      // atoms per n16 tile per 64-k block
+  static constexpr int X_ST = kBM * 128;               // 128 tokens x 64 k (bf16) = 16 KiB
+  static constexpr int W_ST = 8 * ATOMS * 512;         // 8 n16 tiles
+  static constexpr int SMEM = kWqStages * (X_ST + W_ST) + 2 * kWqStages * 8 + 1024;
+};
+
+__device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+                   smem_u32(dst)),
+               "l"(src), "r"(bytes), "r"(smem_u32(bar))
+               : "memory");
+}
+
+template <class Op, WFmt F, bool CHANNEL>
+__global__ void __launch_bounds__(384, 1)
+    sm90_moe_wq_kernel(const __grid_constant__ CUtensorMap tma_x, const Sm90Gemm p) {
+#if QMOE_SM90A
+  using C = WqCfg<F>;
+  constexpr int KA = WqFmt<F>::KA, ATOMS = C::ATOMS, STAGES = kWqStages;
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  uint8_t* sX = smem;
+  uint8_t* sW = smem + STAGES * C::X_ST;
+  uint64_t* full = reinterpret_cast<uint64_t*>(sW + STAGES * C::W_ST);
+  uint64_t* empty = full + STAGES;
+
+  const int ntn = (p.np + 127) / 128;  // 128 weight rows per CTA
+  const int L = blockIdx.x;
+  const int group = L / (kGroupM * ntn), rem = L % (kGroupM * ntn);
+  const int nb = rem / kGroupM, mb = group * kGroupM + rem % kGroupM;
+  if (mb >= p.max_blocks || mb * kBM >= *p.num_post) return;
+  const int e = p.expert_ids[mb];
+  if (e < 0) return;
+
+  const int wg = threadIdx.x >> 7, tid = threadIdx.x & 127;
+  if (threadIdx.x == 0) {
+#pragma unroll
+    for (int s = 0; s < STAGES; ++s) {
+      mbar_init(&full[s], 1);
+      mbar_init(&empty[s], 8);
+    }
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+  }
+  __syncthreads();
+  const int nk = (p.k + 63) / 64;
+  const int ntiles16 = p.np / 16;
+  const int katoms = p.kp / KA;
+  const uint8_t* wexp = static_cast<const uint8_t*>(p.w) + static_cast<size_t>(e) * ntiles16 * katoms * 512;
+
+  if (wg == 0) {
+    setmaxnreg_dec<40>();
+    if (tid == 0) {
+      asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&tma_x)) : "memory");
+      for (int kb = 0; kb < nk; ++kb) {
+        const int s = kb % STAGES;
+        mbar_wait(&empty[s], ((kb / STAGES) & 1) ^ 1);
+        mbar_expect_tx(&full[s], C::X_ST + C::W_ST);
+        tma_load_2d(sX + s * C::X_ST, &tma_x, &full[s], kb * 64, mb * kBM);
+#pragma unroll
+        for (int t = 0; t < 8; ++t) {
+          const int gt = min(nb * 8 + t, ntiles16 - 1);  // rows past np: any atoms, never stored
+          bulk_load(sW + s * C::W_ST + t * ATOMS * 512, wexp + (static_cast<size_t>(gt) * katoms + kb * ATOMS) * 512,
+                    ATOMS * 512, &full[s]);
+        }
+      }
+    }
+    return;
+  }
+
+  setmaxnreg_inc<232>();
+  const int cw = wg - 1, warp = tid >> 5, lane = tid & 31;
+  const int tile16 = nb * 8 + cw * 4 + warp;  // this warp's n16 tile of prepared rows
+  // this thread's two weight rows (prepared order): tile16 * 16 + h * 8 + lane / 4
+  int orow[2];
+  bool rok[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int n = tile16 * 16 + h * 8 + (lane >> 2);
+    orow[h] = orig_row(p, n);
+    rok[h] = n < p.np && orow[h] < p.n;
+  }
+  const float zsym = F == WFmt::kU4 ? 8.f : 128.f;
+  float zf[2] = {zsym, zsym};
+  uint32_t zm[2] = {Op::pack(Op::kInt4Base + zsym, Op::kInt4Base + zsym), 0u};
+  zm[1] = zm[0];
+  auto load_zero = [&](int g) {
+    if (p.zero == nullptr) return;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      zf[h] = rok[h] ? p.zero[(static_cast<size_t>(e) * p.kg + g) * p.n + orow[h]] : zsym;
+      zm[h] = Op::pack(Op::kInt4Base + zf[h], Op::kInt4Base + zf[h]);
+    }
+  };
+  auto scale_of = [&](int h, int g) -> float {
+    return rok[h] ? __ldg(p.col_scale + (static_cast<size_t>(e) * p.kg + g) * p.nsc + orow[h]) : 0.f;
+  };
+  constexpr bool channel = CHANNEL;  // one scale per row: accumulate straight into acc
+  const int chunk_kb = channel ? nk : p.chunk / 64;
+
+  float acc[64], tmp[64];
+#pragma unroll
+  for (int i = 0; i < 64; ++i) acc[i] = 0.f;
+  // Software pipeline over k-blocks: the weights of k-block kb + 1 are read from shared memory and
+  // dequantized into the second A-fragment set while kb's wgmmas run.
+  auto prep = [&](uint32_t (&af)[4][4], int kb) {
+    const int s = kb % STAGES;
+    if (kb % chunk_kb == 0) load_zero(min(kb * 64 / p.chunk, p.kg - 1));
+    mbar_wait(&full[s], (kb / STAGES) & 1);
+    const uint8_t* w_st = sW + s * C::W_ST + (cw * 4 + warp) * ATOMS * 512;
+    uint4 wv[ATOMS];
+#pragma unroll
+    for (int a = 0; a < ATOMS; ++a) wv[a] = *reinterpret_cast<const uint4*>(w_st + (a * 32 + lane) * 16);
+#pragma unroll
+    for (int st = 0; st < 4; ++st) {
+      if constexpr (F == WFmt::kU4) {
+        const uint32_t w = st == 0 ? wv[0].x : st == 1 ? wv[0].y : st == 2 ? wv[0].z : wv[0].w;
+        af[st][0] = dq_u4_pair<Op>(w, 0, zm[0]);  // rows g,     k 2t..
+        af[st][1] = dq_u4_pair<Op>(w, 2, zm[1]);  // rows g + 8, k 2t..
+        af[st][2] = dq_u4_pair<Op>(w, 1, zm[0]);  // rows g,     k 2t + 8..
+        af[st][3] = dq_u4_pair<Op>(w, 3, zm[1]);  // rows g + 8, k 2t + 8..
+      } else {
+        const uint4 v = wv[st >> 1];
+        const uint32_t w0 = (st & 1) ? v.z : v.x, w1 = (st & 1) ? v.w : v.y;  // n half 0 / 1
+        af[st][0] = dq_u8_pair<Op>(w0, 0, zf[0]);
+        af[st][1] = dq_u8_pair<Op>(w1, 0, zf[1]);
+        af[st][2] = dq_u8_pair<Op>(w0, 2, zf[0]);
+        af[st][3] = dq_u8_pair<Op>(w1, 2, zf[1]);
+      }
+    }
+  };
+  auto mma = [&](const uint32_t (&af)[4][4], int kb) {
+    const uint8_t* x_st = sX + (kb % STAGES) * C::X_ST;
+    const int in_chunk = kb % chunk_kb;
+    wgmma_fence();
+#pragma unroll
+    for (int st = 0; st < 4; ++st) {
+      const uint64_t db = smem_desc(x_st + st * 32);
+      if constexpr (channel) {
+        if constexpr (std::is_same_v<Op, BF16>) wgmma_ra_n128_bf16(acc, af[st], db, 1);
+        else wgmma_ra_n128_f16(acc, af[st], db, 1);
+      } else {
+        const int sd = (in_chunk == 0 && st == 0) ? 0 : 1;
+        if constexpr (std::is_same_v<Op, BF16>) wgmma_ra_n128_bf16(tmp, af[st], db, sd);
+        else wgmma_ra_n128_f16(tmp, af[st], db, sd);
+      }
+    }
+    wgmma_commit();
+  };
+  auto finish = [&](int kb) {
+    wgmma_wait0();
+    if (lane == 0) mbar_arrive(&empty[kb % STAGES]);
+    if (!channel && (kb % chunk_kb == chunk_kb - 1 || kb == nk - 1)) {  // group done: promote
+      const int g = min(kb * 64 / p.chunk, p.kg - 1);
+      const float s0 = scale_of(0, g), s1 = scale_of(1, g);
+#pragma unroll
+      for (int j = 0; j < 16; ++j) {
+        acc[j * 4 + 0] += tmp[j * 4 + 0] * s0;
+        acc[j * 4 + 1] += tmp[j * 4 + 1] * s0;
+        acc[j * 4 + 2] += tmp[j * 4 + 2] * s1;
+        acc[j * 4 + 3] += tmp[j * 4 + 3] * s1;
+      }
+    }
+  };
+  uint32_t afa[4][4], afb[4][4];
+  prep(afa, 0);
+  for (int kb = 0; kb < nk; kb += 2) {
+    mma(afa, kb);
+    if (kb + 1 < nk) prep(afb, kb + 1);
+    finish(kb);
+    if (kb + 1 < nk) {
+      mma(afb, kb + 1);
+      if (kb + 2 < nk) prep(afa, kb + 2);
+      finish(kb + 1);
+    }
+  }
+  if constexpr (channel) {
+    const float s0 = scale_of(0, 0), s1 = scale_of(1, 0);
+#pragma unroll
+    for (int j = 0; j < 16; ++j) {
+      acc[j * 4 + 0] *= s0;
+      acc[j * 4 + 1] *= s0;
+      acc[j * 4 + 2] *= s1;
+      acc[j * 4 + 3] *= s1;
+    }
+  }
+
+  // ---- epilogue: acc[j * 4 + h * 2 + e2] = (weight row tile16 * 16 + 8 h + lane / 4, token 8 j + 2 (lane & 3) + e2)
+  using T = typename Op::T;
+  if (p.stage == 1) {
+    // rows h = 0 are 8 gate rows, h = 1 the matching up rows: intermediate column i
+    const int i = tile16 * 8 + (lane >> 2);
+    if (i >= p.half) return;
+    float bg = 0.f, bu = 0.f;
+    if (p.bias != nullptr) {
+      bg = p.bias[static_cast<size_t>(e) * p.n + i];
+      bu = p.bias[static_cast<size_t>(e) * p.n + p.half + i];
+    }
+#pragma unroll
+    for (int j = 0; j < 16; ++j)
+#pragma unroll
+      for (int e2 = 0; e2 < 2; ++e2) {
+        const int pos = mb * kBM + 8 * j + 2 * (lane & 3) + e2;
+        const float hv = act_fn(p.act, acc[j * 4 + e2] + bg, acc[j * 4 + 2 + e2] + bu);
+        static_cast<T*>(p.out)[static_cast<size_t>(pos) * p.ldo + i] = Op::from_f(hv);
+      }
+  } else {
+#pragma unroll
+    for (int j = 0; j < 16; ++j)
+#pragma unroll
+      for (int e2 = 0; e2 < 2; ++e2) {
+        const int pos = mb * kBM + 8 * j + 2 * (lane & 3) + e2;
+        const int sid = p.sorted_ids[pos];
+        if (sid >= p.numel) continue;
+        const float w = p.topk_w != nullptr ? p.topk_w[sid] : 1.f;
+        float* orow_out = static_cast<float*>(p.out) + static_cast<size_t>(sid) * p.ldo;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          if (!rok[h]) continue;
+          float v = acc[j * 4 + h * 2 + e2];
+          if (p.bias != nullptr) v += p.bias[static_cast<size_t>(e) * p.n + orow[h]];
+          orow_out[orow[h]] = v * w;
+        }
+      }
   }
 #endif
 }
@@ -474,6 +719,19 @@ void launch_gemm(const Sm90Gemm& p, cudaStream_t s) {
   QMOE_CUDA_LAUNCH_OK();
 }
 
+template <class Op, WFmt F, bool CH>
+void launch_wq(const Sm90Gemm& p, cudaStream_t s) {
+  using C = WqCfg<F>;
+  auto kern = sm90_moe_wq_kernel<Op, F, CH>;
+  static std::once_flag once;
+  std::call_once(once, [&] { QMOE_CUDA_OK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM)); });
+  const CUtensorMap mx = make_map(p.a, false, p.k, p.a_rows, 0, static_cast<int64_t>(p.a_pitch) * 2, kBM);
+  const int ntn = (p.np + 127) / 128;
+  const int groups = (p.max_blocks + kGroupM - 1) / kGroupM;
+  kern<<<dim3(static_cast<unsigned>(groups * kGroupM * ntn)), 384, C::SMEM, s>>>(mx, p);
+  QMOE_CUDA_LAUNCH_OK();
+}
+
 bool env_off() {
   const char* v = std::getenv("QMOE_CUDA_WGMMA");
   return v != nullptr && v[0] == '0';
@@ -503,7 +761,21 @@ bool sm90_available() {
 bool sm90_supports(WFmt fmt, int mode, int chunk) {
   if (fmt == WFmt::k16) return mode == 0;
   if (fmt == WFmt::kFP8) return mode == 3 || (mode == 1 && chunk % 128 == 0);
+  // WNA16: group scales of 64 k-columns or more (or channel); g_idx stays on mma.sync
+  if (fmt == WFmt::kU4 || fmt == WFmt::kU8) return mode == 1 && chunk % 64 == 0;
   return false;
+}
+
+void launch_sm90_wq_gemm(bool f16, WFmt fmt, const Sm90Gemm& p, cudaStream_t s) {
+  QMOE_CHECK(fmt == WFmt::kU4 || fmt == WFmt::kU8, kInternal, "sm90 wq GEMM: format ", static_cast<int>(fmt));
+  const bool ch = p.chunk >= p.kp;  // channel scales (or one group covering all of K)
+  if (fmt == WFmt::kU4) {
+    if (f16) ch ? launch_wq<F16, WFmt::kU4, true>(p, s) : launch_wq<F16, WFmt::kU4, false>(p, s);
+    else ch ? launch_wq<BF16, WFmt::kU4, true>(p, s) : launch_wq<BF16, WFmt::kU4, false>(p, s);
+  } else {
+    if (f16) ch ? launch_wq<F16, WFmt::kU8, true>(p, s) : launch_wq<F16, WFmt::kU8, false>(p, s);
+    else ch ? launch_wq<BF16, WFmt::kU8, true>(p, s) : launch_wq<BF16, WFmt::kU8, false>(p, s);
+  }
 }
 
 void launch_sm90_gemm(bool f16, bool fp8, const Sm90Gemm& p, cudaStream_t s) {

@@ -76,7 +76,11 @@ struct Sm90Gather {
 // HBM at ~40-60% of the read rate): [E][nt][kt][256 rows][128 bytes], nt = ceil(np / 256), kt =
 // ceil(kp * bytes / 128); rows in the prepared column order, zeros outside N x K.
 __host__ __device__ inline int sm90_plain_nt(int np) { return (np + 255) / 256; }
-__host__ __device__ inline int sm90_plain_kt(int kp, int bits) { return (kp * (bits / 8) + 127) / 128; }
+// fp8 stages read two k tiles: an even count keeps the last stage inside the expert's rows
+__host__ __device__ inline int sm90_plain_kt(int kp, int bits) {
+  const int kt = (kp * (bits / 8) + 127) / 128;
+  return bits == 8 ? (kt + 1) / 2 * 2 : kt;
+}
 inline size_t sm90_plain_bytes(int E, int np, int kp, int bits) {
   return static_cast<size_t>(E) * sm90_plain_nt(np) * sm90_plain_kt(kp, bits) * 256 * 128;
 }

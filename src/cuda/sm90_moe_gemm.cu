@@ -46,12 +46,15 @@ constexpr int kGroupM = 8;
 template <bool FP8>
 struct Sm90Cfg {
   // fp8 keeps 64 k-block partials beside the 64 accumulators, so its tile is n128 (n256 as two
-  // sequential n128 halves measured 20-27% slower at M = 4096 on the H200)
+  // sequential n128 halves measured 20-27% slower at M = 4096 on the H200). An fp8 stage holds
+  // two 128-k blocks (KH = 2 boxes per operand), so one wait covers 8 QGMMAs (ncu at one block per
+  // stage: 33% SM throughput, latency-bound).
   static constexpr int BN = FP8 ? 128 : 256;
-  static constexpr int BK = FP8 ? 128 : 64;         // elements per k-block (128 bytes per row)
-  static constexpr int STAGES = FP8 ? 6 : 4;
-  static constexpr int A_ST = kBM * 128;              // bytes per stage
-  static constexpr int B_ST = BN * 128;
+  static constexpr int KH = FP8 ? 2 : 1;             // 128-byte k boxes per stage
+  static constexpr int BK = FP8 ? 256 : 64;          // elements per stage
+  static constexpr int STAGES = FP8 ? 3 : 4;
+  static constexpr int A_ST = KH * kBM * 128;        // bytes per stage
+  static constexpr int B_ST = KH * BN * 128;
   static constexpr int NACC = BN / 2;                 // fp32 accumulators per thread (64 rows / 128 threads)
   static constexpr int SMEM = STAGES * (A_ST + B_ST) + 2 * STAGES * 8 + 1024;  // + barriers + alignment
 };
@@ -162,8 +165,13 @@ __global__ void __launch_bounds__(384, 1)
         const int s = kb % STAGES;
         mbar_wait(&empty[s], ((kb / STAGES) & 1) ^ 1);
         mbar_expect_tx(&full[s], C::A_ST + C::B_ST);
-        tma_load_2d(sA + s * C::A_ST, &tma_a, &full[s], kb * BK, mb * kBM);
-        tma_load_2d(sB + s * C::B_ST, &tma_b, &full[s], 0, ((e * w_nt + nb * BN / 256) * w_kt + kb) * 256 + nb * BN % 256);
+#pragma unroll
+        for (int h = 0; h < C::KH; ++h) {
+          const int kt = kb * C::KH + h;  // 128-byte k tile
+          tma_load_2d(sA + s * C::A_ST + h * kBM * 128, &tma_a, &full[s], kt * (BK / C::KH), mb * kBM);
+          tma_load_2d(sB + s * C::B_ST + h * BN * 128, &tma_b, &full[s], 0,
+                      ((e * w_nt + nb * BN / 256) * w_kt + kt) * 256 + nb * BN % 256);
+        }
       }
     }
     return;
@@ -192,20 +200,10 @@ __global__ void __launch_bounds__(384, 1)
   const bool chunked = FP8 && (p.kchunk > 0 || p.rs_groups > 1);
 
   if constexpr (FP8) {
-    float tmp[NACC];
-    for (int kb = 0; kb < nk; ++kb) {
-      const int s = kb % STAGES;
-      mbar_wait(&full[s], (kb / STAGES) & 1);
-      const uint8_t* a_st = sA + s * C::A_ST + cw * 64 * 128;
-      const uint8_t* b_st = sB + s * C::B_ST;
-      wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) wgmma_n128_e4m3(tmp, smem_desc(a_st + kk * 32), smem_desc(b_st + kk * 32), kk);
-      wgmma_commit();
-      wgmma_wait0();
-      if (lane == 0) mbar_arrive(&empty[s]);
+    float tmp0[NACC], tmp1[NACC];
+    auto promote = [&](const float (&t)[NACC], int k0) {
+      if (k0 >= p.k) return;  // a 128-k block wholly in the K padding: zero products
       if (chunked) {
-        const int k0 = kb * BK;
         const int gw = p.kchunk > 0 ? min(k0 / p.kchunk, p.kg - 1) : 0;
         const int ga = p.rs_groups > 1 ? min(k0 / 128, p.rs_groups - 1) : 0;
         load_rs(ga);
@@ -215,12 +213,29 @@ __global__ void __launch_bounds__(384, 1)
           for (int e2 = 0; e2 < 2; ++e2) {
             const float cs = col_scale(nb * BN + 8 * j + 2 * (lane & 3) + e2, gw);
 #pragma unroll
-            for (int h = 0; h < 2; ++h) acc[j * 4 + h * 2 + e2] += tmp[j * 4 + h * 2 + e2] * (rs[h] * cs);
+            for (int h = 0; h < 2; ++h) acc[j * 4 + h * 2 + e2] += t[j * 4 + h * 2 + e2] * (rs[h] * cs);
           }
       } else {
 #pragma unroll
-        for (int i = 0; i < NACC; ++i) acc[i] += tmp[i];
+        for (int i = 0; i < NACC; ++i) acc[i] += t[i];
       }
+    };
+    for (int kb = 0; kb < nk; ++kb) {
+      const int s = kb % STAGES;
+      mbar_wait(&full[s], (kb / STAGES) & 1);
+      const uint8_t* a_st = sA + s * C::A_ST + cw * 64 * 128;
+      const uint8_t* b_st = sB + s * C::B_ST;
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) wgmma_n128_e4m3(tmp0, smem_desc(a_st + kk * 32), smem_desc(b_st + kk * 32), kk);
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk)
+        wgmma_n128_e4m3(tmp1, smem_desc(a_st + kBM * 128 + kk * 32), smem_desc(b_st + BN * 128 + kk * 32), kk);
+      wgmma_commit();
+      wgmma_wait0();
+      if (lane == 0) mbar_arrive(&empty[s]);
+      promote(tmp0, kb * BK);
+      promote(tmp1, kb * BK + 128);
     }
     if (!chunked) {  // one scale pair for the whole K
       load_rs(0);
@@ -313,11 +328,15 @@ template <WFmt F> struct WqFmt;
 template <> struct WqFmt<WFmt::kU4> { static constexpr int KA = 64; };
 template <> struct WqFmt<WFmt::kU8> { static constexpr int KA = 32; };
 
-constexpr int kWqStages = 6;
+// One stage = 128 k-columns (two 64-wide TMA boxes of tokens, two atoms per n16 tile for int4,
+// four for int8): 8 HGMMAs per wait, so the per-stage waits, barrier arrivals and loop control
+// are paid once per 128 k (ncu, mixtral M = 4096 at 64 k per stage: ~340 instructions per warp per
+// stage against 256 tensor cycles per warpgroup, 34% SM throughput, latency-bound).
+constexpr int kWqStages = 4;
 template <WFmt F>
 struct WqCfg {
-  static constexpr int ATOMS = 64 / WqFmt<F>::KA;      // atoms per n16 tile per 64-k block
-  static constexpr int X_ST = kBM * 128;               // 128 tokens x 64 k (bf16) = 16 KiB
+  static constexpr int ATOMS = 128 / WqFmt<F>::KA;     // atoms per n16 tile per 128-k stage
+  static constexpr int X_ST = 2 * kBM * 128;           // 128 tokens x 128 k (bf16) as two 64-k boxes
   static constexpr int W_ST = 8 * ATOMS * 512;         // 8 n16 tiles
   static constexpr int SMEM = kWqStages * (X_ST + W_ST) + 2 * kWqStages * 8 + 1024;
 };
@@ -360,7 +379,7 @@ __global__ void __launch_bounds__(384, 1)
     asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
   }
   __syncthreads();
-  const int nk = (p.k + 63) / 64;
+  const int nk = (p.k + 127) / 128;
   const int ntiles16 = p.np / 16;
   const int katoms = p.kp / KA;
   const uint8_t* wexp = static_cast<const uint8_t*>(p.w) + static_cast<size_t>(e) * ntiles16 * katoms * 512;
@@ -369,17 +388,22 @@ __global__ void __launch_bounds__(384, 1)
     setmaxnreg_dec<40>();
     if (tid == 0) {
       asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&tma_x)) : "memory");
+      int s = 0;
+      uint32_t ph = 1;
       for (int kb = 0; kb < nk; ++kb) {
-        const int s = kb % STAGES;
-        mbar_wait(&empty[s], ((kb / STAGES) & 1) ^ 1);
-        mbar_expect_tx(&full[s], C::X_ST + C::W_ST);
-        tma_load_2d(sX + s * C::X_ST, &tma_x, &full[s], kb * 64, mb * kBM);
+        mbar_wait(&empty[s], ph);
+        // the last stage may hold fewer atoms than a full one (kp is a multiple of 64 only)
+        const int atoms = min(ATOMS, katoms - kb * ATOMS);
+        mbar_expect_tx(&full[s], C::X_ST + 8 * atoms * 512);
+        tma_load_2d(sX + s * C::X_ST, &tma_x, &full[s], kb * 128, mb * kBM);
+        tma_load_2d(sX + s * C::X_ST + kBM * 128, &tma_x, &full[s], kb * 128 + 64, mb * kBM);
 #pragma unroll
         for (int t = 0; t < 8; ++t) {
           const int gt = min(nb * 8 + t, ntiles16 - 1);  // rows past np: any atoms, never stored
           bulk_load(sW + s * C::W_ST + t * ATOMS * 512, wexp + (static_cast<size_t>(gt) * katoms + kb * ATOMS) * 512,
-                    ATOMS * 512, &full[s]);
+                    atoms * 512, &full[s]);
         }
+        if (++s == STAGES) { s = 0; ph ^= 1; }
       }
     }
     return;
@@ -399,8 +423,8 @@ __global__ void __launch_bounds__(384, 1)
   }
   const float zsym = F == WFmt::kU4 ? 8.f : 128.f;
   float zf[2] = {zsym, zsym};
-  uint32_t zm[2] = {Op::pack(Op::kInt4Base + zsym, Op::kInt4Base + zsym), 0u};
-  zm[1] = zm[0];
+  uint32_t zm[2];
+  zm[0] = zm[1] = Op::pack(Op::kInt4Base + zsym, Op::kInt4Base + zsym);
   auto load_zero = [&](int g) {
     if (p.zero == nullptr) return;
 #pragma unroll
@@ -413,31 +437,30 @@ __global__ void __launch_bounds__(384, 1)
     return rok[h] ? __ldg(p.col_scale + (static_cast<size_t>(e) * p.kg + g) * p.nsc + orow[h]) : 0.f;
   };
   constexpr bool channel = CHANNEL;  // one scale per row: accumulate straight into acc
-  const int chunk_kb = channel ? nk : p.chunk / 64;
+  const int chunk_kb = channel ? nk : p.chunk / 128;  // stages per weight group (chunk % 128 == 0)
 
   float acc[64], tmp[64];
 #pragma unroll
   for (int i = 0; i < 64; ++i) acc[i] = 0.f;
-  // Software pipeline over k-blocks: the weights of k-block kb + 1 are read from shared memory and
-  // dequantized into the second A-fragment set while kb's wgmmas run.
-  auto prep = [&](uint32_t (&af)[4][4], int kb) {
-    const int s = kb % STAGES;
-    if (kb % chunk_kb == 0) load_zero(min(kb * 64 / p.chunk, p.kg - 1));
-    mbar_wait(&full[s], (kb / STAGES) & 1);
+  int s = 0, ic = 0, g = 0;  // stage slot, stage within the group, group
+  uint32_t ph = 0;
+  load_zero(0);
+  for (int kb = 0; kb < nk; ++kb) {
+    mbar_wait(&full[s], ph);
+    const uint8_t* x_st = sX + s * C::X_ST;
     const uint8_t* w_st = sW + s * C::W_ST + (cw * 4 + warp) * ATOMS * 512;
-    uint4 wv[ATOMS];
+    uint32_t af[8][4];
 #pragma unroll
-    for (int a = 0; a < ATOMS; ++a) wv[a] = *reinterpret_cast<const uint4*>(w_st + (a * 32 + lane) * 16);
-#pragma unroll
-    for (int st = 0; st < 4; ++st) {
+    for (int st = 0; st < 8; ++st) {
       if constexpr (F == WFmt::kU4) {
-        const uint32_t w = st == 0 ? wv[0].x : st == 1 ? wv[0].y : st == 2 ? wv[0].z : wv[0].w;
+        const uint4 v = *reinterpret_cast<const uint4*>(w_st + ((st >> 2) * 32 + lane) * 16);
+        const uint32_t w = (st & 3) == 0 ? v.x : (st & 3) == 1 ? v.y : (st & 3) == 2 ? v.z : v.w;
         af[st][0] = dq_u4_pair<Op>(w, 0, zm[0]);  // rows g,     k 2t..
         af[st][1] = dq_u4_pair<Op>(w, 2, zm[1]);  // rows g + 8, k 2t..
         af[st][2] = dq_u4_pair<Op>(w, 1, zm[0]);  // rows g,     k 2t + 8..
         af[st][3] = dq_u4_pair<Op>(w, 3, zm[1]);  // rows g + 8, k 2t + 8..
       } else {
-        const uint4 v = wv[st >> 1];
+        const uint4 v = *reinterpret_cast<const uint4*>(w_st + ((st >> 1) * 32 + lane) * 16);
         const uint32_t w0 = (st & 1) ? v.z : v.x, w1 = (st & 1) ? v.w : v.y;  // n half 0 / 1
         af[st][0] = dq_u8_pair<Op>(w0, 0, zf[0]);
         af[st][1] = dq_u8_pair<Op>(w1, 0, zf[1]);
@@ -445,50 +468,38 @@ __global__ void __launch_bounds__(384, 1)
         af[st][3] = dq_u8_pair<Op>(w1, 2, zf[1]);
       }
     }
-  };
-  auto mma = [&](const uint32_t (&af)[4][4], int kb) {
-    const uint8_t* x_st = sX + (kb % STAGES) * C::X_ST;
-    const int in_chunk = kb % chunk_kb;
     wgmma_fence();
 #pragma unroll
-    for (int st = 0; st < 4; ++st) {
-      const uint64_t db = smem_desc(x_st + st * 32);
+    for (int st = 0; st < 8; ++st) {
+      const uint64_t db = smem_desc(x_st + (st >> 2) * kBM * 128 + (st & 3) * 32);
       if constexpr (channel) {
         if constexpr (std::is_same_v<Op, BF16>) wgmma_ra_n128_bf16(acc, af[st], db, 1);
         else wgmma_ra_n128_f16(acc, af[st], db, 1);
       } else {
-        const int sd = (in_chunk == 0 && st == 0) ? 0 : 1;
+        const int sd = (ic == 0 && st == 0) ? 0 : 1;
         if constexpr (std::is_same_v<Op, BF16>) wgmma_ra_n128_bf16(tmp, af[st], db, sd);
         else wgmma_ra_n128_f16(tmp, af[st], db, sd);
       }
     }
     wgmma_commit();
-  };
-  auto finish = [&](int kb) {
     wgmma_wait0();
-    if (lane == 0) mbar_arrive(&empty[kb % STAGES]);
-    if (!channel && (kb % chunk_kb == chunk_kb - 1 || kb == nk - 1)) {  // group done: promote
-      const int g = min(kb * 64 / p.chunk, p.kg - 1);
-      const float s0 = scale_of(0, g), s1 = scale_of(1, g);
+    if (lane == 0) mbar_arrive(&empty[s]);
+    if (++s == STAGES) { s = 0; ph ^= 1; }
+    if (++ic == chunk_kb || kb == nk - 1) {  // group done: promote with its scales
+      if constexpr (!channel) {
+        const int gg = min(g, p.kg - 1);
+        const float s0 = scale_of(0, gg), s1 = scale_of(1, gg);
 #pragma unroll
-      for (int j = 0; j < 16; ++j) {
-        acc[j * 4 + 0] += tmp[j * 4 + 0] * s0;
-        acc[j * 4 + 1] += tmp[j * 4 + 1] * s0;
-        acc[j * 4 + 2] += tmp[j * 4 + 2] * s1;
-        acc[j * 4 + 3] += tmp[j * 4 + 3] * s1;
+        for (int j = 0; j < 16; ++j) {
+          acc[j * 4 + 0] += tmp[j * 4 + 0] * s0;
+          acc[j * 4 + 1] += tmp[j * 4 + 1] * s0;
+          acc[j * 4 + 2] += tmp[j * 4 + 2] * s1;
+          acc[j * 4 + 3] += tmp[j * 4 + 3] * s1;
+        }
       }
-    }
-  };
-  uint32_t afa[4][4], afb[4][4];
-  prep(afa, 0);
-  for (int kb = 0; kb < nk; kb += 2) {
-    mma(afa, kb);
-    if (kb + 1 < nk) prep(afb, kb + 1);
-    finish(kb);
-    if (kb + 1 < nk) {
-      mma(afb, kb + 1);
-      if (kb + 2 < nk) prep(afa, kb + 2);
-      finish(kb + 1);
+      ic = 0;
+      ++g;
+      if (kb + 1 < nk) load_zero(min(g, p.kg - 1));
     }
   }
   if constexpr (channel) {
@@ -761,8 +772,9 @@ bool sm90_available() {
 bool sm90_supports(WFmt fmt, int mode, int chunk) {
   if (fmt == WFmt::k16) return mode == 0;
   if (fmt == WFmt::kFP8) return mode == 3 || (mode == 1 && chunk % 128 == 0);
-  // WNA16: group scales of 64 k-columns or more (or channel); g_idx stays on mma.sync
-  if (fmt == WFmt::kU4 || fmt == WFmt::kU8) return mode == 1 && chunk % 64 == 0;
+  // WNA16: groups that are multiples of 128 k-columns (a 128-k stage never straddles two) or
+  // channel scales; smaller groups and g_idx stay on mma.sync
+  if (fmt == WFmt::kU4 || fmt == WFmt::kU8) return mode == 1 && chunk % 128 == 0;
   return false;
 }
 

@@ -289,8 +289,9 @@ TEST(CudaSm90, PrefillPathIsTakenAndMatchesReference) {
     sp.block = {8, 128}; });
   // WNA16 on the quantized-weight wgmma kernel (weights as the register operand)
   add("int4_g128_asym", [](auto& sp) { sp.kind = SchemeKind::kWNA16; sp.bits = 4; sp.group_size = 128; sp.symmetric = false; });
-  add("int4_g64_sym_fp16", [](auto& sp) {
-    sp.kind = SchemeKind::kWNA16; sp.bits = 4; sp.group_size = 64; sp.act_dtype = DType::kF16; sp.scale_dtype = DType::kF16; });
+  add("int4_g128_sym_fp16", [](auto& sp) {
+    sp.kind = SchemeKind::kWNA16; sp.bits = 4; sp.group_size = 128; sp.act_dtype = DType::kF16; sp.scale_dtype = DType::kF16; });
+  add("int8_g256_asym", [](auto& sp) { sp.kind = SchemeKind::kWNA16; sp.bits = 8; sp.group_size = 256; sp.symmetric = false; });
   add("int4_channel_sym", [](auto& sp) { sp.kind = SchemeKind::kWNA16; sp.bits = 4; sp.group_size = 0; });
   add("int8_g128_sym", [](auto& sp) { sp.kind = SchemeKind::kWNA16; sp.bits = 8; sp.group_size = 128; });
   add("int8_channel_asym", [](auto& sp) { sp.kind = SchemeKind::kWNA16; sp.bits = 8; sp.group_size = 0; sp.symmetric = false; });

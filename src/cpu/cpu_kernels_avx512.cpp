@@ -448,52 +448,95 @@ bool run_s8(const GemmJob& j) {
 
 // ---- fused decode-and-dot for few tokens per expert ------------------------------------------
 // With T <= kFusedMaxT activation rows the job is a stream over the pair's weights: every 64-byte
-// load is decoded in registers (dec4 / dec8_int / dec_fp8, or used as is for bf16) and feeds
+// load is decoded in registers (dec4x / dec8_int / dec_fp8, or used as is for bf16) and feeds
 // T x NP panels of vdpbf16ps straight away; nothing is stored. T <= 4 streams both panels of the
-// pair at once (NP = 2: more independent chains); 5 <= T <= 8 streams one panel, then the other
+// pair at once (NP = 2: more independent chains); 5 <= T <= 12 streams one panel, then the other
 // (NP = 1: the T running sums and T group accumulators stay in registers). Per scale group the
 // products of each (panel, token) collect in kNp independent partial accumulators (enough chains
-// to hide the vdpbf16ps latency at T = 1), summed at the group's end and multiplied by the group's
-// 16 scales into the running sums: the same per-group factoring as the batched kernel, only the
+// to hide the vdpbf16ps latency), summed at the group's end and multiplied by the group's 16
+// scales into the running sums: the same per-group factoring as the batched kernel, only the
 // fp32 summation order inside a group differs. The bf16-pair products are exact (both operands
 // exact bf16 values, 8 x 8 significant bits), so the pairing itself rounds nothing.
 constexpr int kFusedMaxT = kFewRows;
-// Software prefetch in each panel's stream: 8 KiB ahead into L2 (prefetcht1). On the 2-core
-// development machine this sustained 15-20% more bytes per core than 1-2 KiB into L1 (L1 miss
-// buffers limit the lines in flight; the L2 holds more).
-constexpr int kFusedPf = 8192;
+// Software prefetch in each panel's stream (prefetcht1): 2 KiB ahead for bf16 panels, 4 KiB for
+// 8- and 4-bit codes. Measured on the 2-core Zen 4 VM, one thread, qwen3 M = 1 (and
+// bench/cpu_stream_micro.cpp): bf16 streams 30-31 GB/s per core at 2 KiB, the bare read probe's
+// rate (8 KiB: 24-27, none: 28); the decoding kernels are 10-25% faster at 3-4 KiB than at 2 or
+// 8 KiB. Far-ahead software prefetches hold L1 miss buffers for a whole DRAM latency and cap the
+// lines in flight below what the L2 stream prefetcher sustains on its own.
+template <int kBpk>
+constexpr int fused_pf() { return kBpk == 64 ? 2048 : 4096; }
 
-// The pair's group scales as fp32 [group][32] in j.scratch, converted once per job (keeps the
-// scale dtype switch out of the stream loop); at most k_pad / 8 groups x 32 <= gemm_scratch_floats.
-const float* fused_scales(const GemmJob& j) {
-  const PackedProj& w = *j.w;
-  if (w.group <= 0) return nullptr;
-  const int p0 = 2 * j.pair, nkp = w.k_pad / 2, seg = w.group / 2;
-  const size_t sb = scale_kind_bytes(w.gscale_kind);
-  // the next pair's scales (contiguous after this pair's) into L2 while this pair streams: the
-  // conversion below otherwise waits on cold lines at the start of every job
-  const size_t pair_sb = 2 * w.gscale_panel_bytes();
-  const uint8_t* next = w.gscale_panel(j.e, p0) + pair_sb;
-  if (next + pair_sb <= w.gscales.data() + w.gscales.n)
-    for (size_t l = 0; l < pair_sb; l += 64) _mm_prefetch(reinterpret_cast<const char*>(next + l), _MM_HINT_T1);
-  for (int h = 0; h < 2; ++h) {
-    const uint8_t* src = w.gscale_panel(j.e, p0 + h);
-    float* dst = j.scratch + h * 16;
-    const int ng = (nkp + seg - 1) / seg;
-    switch (w.gscale_kind) {  // one loop per dtype: load_scales16 inlines to a few instructions
-      case ScaleKind::kBF16: for (int g = 0; g < ng; ++g) _mm512_store_ps(dst + g * 32, load_scales16(ScaleKind::kBF16, src + g * 16 * sb)); break;
-      case ScaleKind::kE8M0: for (int g = 0; g < ng; ++g) _mm512_store_ps(dst + g * 32, load_scales16(ScaleKind::kE8M0, src + g * 16 * sb)); break;
-      case ScaleKind::kE4M3: for (int g = 0; g < ng; ++g) _mm512_store_ps(dst + g * 32, load_scales16(ScaleKind::kE4M3, src + g * 16 * sb)); break;
-      default: for (int g = 0; g < ng; ++g) _mm512_store_ps(dst + g * 32, load_scales16(w.gscale_kind, src + g * 16 * sb)); break;
-    }
+// 4-bit block (kWord4) decoded from two loads: word j of the block at blk holds kpairs 0, 1 in
+// its low byte; word j of the (line-splitting) load at blk + 1 is bytes (2j + 1, 2j + 2), whose
+// low byte is word j's high byte, kpairs 2, 3. So kpairs 0 and 2 need no shift, 1 and 3 one
+// (vpermw reads index bits 0..4; the symmetric / e2m1 tables repeat with period 16, so bit 4,
+// from the neighbouring nibble or byte, is irrelevant; asymmetric codes are masked). One shift
+// fewer than dec4: on Zen 4 the shifts, vpermw and vdpbf16ps compete for the same two pipes.
+// The byte after the last block is the next panel's, or the 64-byte pad after the codes.
+template <bool kAsym>
+inline void dec4x(const uint8_t* blk, __m512i tbl, __m512i off, __m512i out[4]) {
+  const __m512i b0 = _mm512_load_si512(blk), b1 = _mm512_loadu_si512(blk + 1);
+  if (kAsym) {
+    const __m512i m = _mm512_set1_epi16(15);
+    out[0] = _mm512_permutexvar_epi16(_mm512_add_epi16(_mm512_and_si512(b0, m), off), tbl);
+    out[1] = _mm512_permutexvar_epi16(_mm512_add_epi16(_mm512_and_si512(_mm512_srli_epi16(b0, 4), m), off), tbl);
+    out[2] = _mm512_permutexvar_epi16(_mm512_add_epi16(_mm512_and_si512(b1, m), off), tbl);
+    out[3] = _mm512_permutexvar_epi16(_mm512_add_epi16(_mm512_and_si512(_mm512_srli_epi16(b1, 4), m), off), tbl);
+  } else {
+    out[0] = _mm512_permutexvar_epi16(b0, tbl);
+    out[1] = _mm512_permutexvar_epi16(_mm512_srli_epi16(b0, 4), tbl);
+    out[2] = _mm512_permutexvar_epi16(b1, tbl);
+    out[3] = _mm512_permutexvar_epi16(_mm512_srli_epi16(b1, 4), tbl);
   }
-  return j.scratch;
 }
 
-// Streams panels h0 .. h0 + NP - 1 of the pair (sc: fused_scales) and writes their output columns.
-template <int T, int NP, CodeKind C, bool kAsym>
-void fused_panels(const GemmJob& j, int h0, const float* sc) {
-  constexpr int kNp = T == 1 ? 4 : T == 2 ? 2 : 1;
+// Group scales as the stream reads them: kBF16 / kE8M0 / kE4M3 straight from the packed panels
+// (converted in registers, one conversion per group and panel), kF32 from fp32 rows (packed f32
+// scales, or fused_scales' conversion of the other kinds, or ones when the weights have no groups).
+struct FusedScales {
+  const uint8_t* p[2];  // per panel of the pair: group 0's 16 scales
+  size_t stride;        // bytes from one group to the next
+};
+template <ScaleKind SK>
+inline __m512 fused_scale(const FusedScales& s, int h, int g) {
+  return load_scales16(SK, s.p[h] + size_t(g) * s.stride);
+}
+
+// Scales for fused_panels<..., SK>: SK is the packed kind (kBF16 / kE8M0 / kE4M3) or kF32, then
+// j.scratch holds fp32 [group][32] (both panels), converted here once per job.
+template <ScaleKind SK>
+FusedScales fused_scales(const GemmJob& j) {
+  const PackedProj& w = *j.w;
+  const int p0 = 2 * j.pair;
+  FusedScales s;
+  const size_t sb = scale_kind_bytes(w.gscale_kind);
+  if (SK != ScaleKind::kF32 || (w.group > 0 && w.gscale_kind == ScaleKind::kF32)) {
+    for (int h = 0; h < 2; ++h) s.p[h] = w.gscale_panel(j.e, p0 + h);
+    s.stride = kPanelRows * sb;
+    return s;
+  }
+  float* dst = j.scratch;
+  s.p[0] = reinterpret_cast<const uint8_t*>(dst);
+  s.p[1] = reinterpret_cast<const uint8_t*>(dst + 16);
+  s.stride = 32 * 4;
+  if (w.group <= 0) {  // one group: the whole row, factor 1 (exact)
+    _mm512_store_ps(dst, _mm512_set1_ps(1.f));
+    _mm512_store_ps(dst + 16, _mm512_set1_ps(1.f));
+    return s;
+  }
+  const int ng = (w.k_pad / 2 + w.group / 2 - 1) / (w.group / 2);  // at most k_pad / 8 groups x 32 <= gemm_scratch_floats
+  for (int h = 0; h < 2; ++h) {
+    const uint8_t* src = w.gscale_panel(j.e, p0 + h);
+    for (int g = 0; g < ng; ++g) _mm512_store_ps(dst + g * 32 + h * 16, load_scales16(w.gscale_kind, src + g * 16 * sb));
+  }
+  return s;
+}
+
+// Streams panels h0 .. h0 + NP - 1 of the pair and writes their output columns.
+template <int T, int NP, CodeKind C, bool kAsym, ScaleKind SK>
+void fused_panels(const GemmJob& j, int h0, const FusedScales& sc) {
+  constexpr int kNp = T <= 2 ? 2 : 1;
   // bytes of one panel per kpair: bf16 64, 8-bit 32, 4-bit 16; an iteration handles 4 kpairs
   constexpr int kBpk = C == CodeKind::kBF16 ? 64 : (C == CodeKind::kInt8 || C == CodeKind::kFp8) ? 32 : 16;
   const PackedProj& w = *j.w;
@@ -505,6 +548,7 @@ void fused_panels(const GemmJob& j, int h0, const float* sc) {
   for (int h = 0; h < NP; ++h) pc[h] = w.panel(j.e, p0 + h);
   const int32_t* ar[T];  // activation rows as (a[2kp], a[2kp + 1]) pairs
   for (int t = 0; t < T; ++t) ar[t] = reinterpret_cast<const int32_t*>(a.row<uint16_t>(j.row0 + t));
+  constexpr int pf = fused_pf<kBpk>();
 
   __m512i tbl = _mm512_setzero_si512(), off[NP], zlo[NP], zhi[NP];
   if (C == CodeKind::kInt4) tbl = kAsym ? int_table() : rep16_table(true, w.zsym);
@@ -537,7 +581,7 @@ void fused_panels(const GemmJob& j, int h0, const float* sc) {
       __m512i v[NP][4];
       for (int h = 0; h < NP; ++h) {
         const uint8_t* src = pc[h] + size_t(kp) * kBpk;
-        for (int l = 0; l < 4 * kBpk; l += 64) _mm_prefetch(reinterpret_cast<const char*>(src + l + kFusedPf), _MM_HINT_T1);
+        for (int l = 0; l < 4 * kBpk; l += 64) _mm_prefetch(reinterpret_cast<const char*>(src + l + pf), _MM_HINT_T1);
         if constexpr (C == CodeKind::kBF16) {
           for (int i = 0; i < 4; ++i) v[h][i] = _mm512_load_si512(src + 64 * i);
         } else if constexpr (C == CodeKind::kInt8) {
@@ -547,7 +591,7 @@ void fused_panels(const GemmJob& j, int h0, const float* sc) {
           dec_fp8(src, tbl, v[h]);
           dec_fp8(src + 64, tbl, v[h] + 2);
         } else {
-          dec4<kAsym>(src, tbl, off[h], v[h]);
+          dec4x<kAsym>(src, tbl, off[h], v[h]);
         }
       }
       for (int i = 0; i < 4; ++i)
@@ -557,12 +601,13 @@ void fused_panels(const GemmJob& j, int h0, const float* sc) {
         }
     }
     for (int h = 0; h < NP; ++h) {
-      const __m512 scv = sc ? _mm512_load_ps(sc + g * 32 + (h0 + h) * 16) : _mm512_set1_ps(1.f);
+      // the scales stream along with the codes: their lines 16 groups ahead into L1
+      _mm_prefetch(reinterpret_cast<const char*>(sc.p[h0 + h] + size_t(g + 16) * sc.stride), _MM_HINT_T0);
+      const __m512 scv = fused_scale<SK>(sc, h0 + h, g);
       for (int t = 0; t < T; ++t) {
         __m512 sum = p[h][t][0];
-        if constexpr (kNp == 4) sum = _mm512_add_ps(_mm512_add_ps(p[h][t][0], p[h][t][1]), _mm512_add_ps(p[h][t][2], p[h][t][3]));
         if constexpr (kNp == 2) sum = _mm512_add_ps(p[h][t][0], p[h][t][1]);
-        c[h][t] = sc ? _mm512_fmadd_ps(sum, scv, c[h][t]) : _mm512_add_ps(c[h][t], sum);
+        c[h][t] = _mm512_fmadd_ps(sum, scv, c[h][t]);
       }
     }
   }
@@ -580,29 +625,43 @@ void fused_panels(const GemmJob& j, int h0, const float* sc) {
   }
 }
 
-template <int T, CodeKind C, bool kAsym>
+template <int T, CodeKind C, bool kAsym, ScaleKind SK>
 void fused_job(const GemmJob& j) {
-  const float* sc = fused_scales(j);
+  const FusedScales sc = fused_scales<SK>(j);
   if constexpr (T <= 4) {
-    fused_panels<T, 2, C, kAsym>(j, 0, sc);
+    fused_panels<T, 2, C, kAsym, SK>(j, 0, sc);
   } else {
-    fused_panels<T, 1, C, kAsym>(j, 0, sc);
-    fused_panels<T, 1, C, kAsym>(j, 1, sc);
+    fused_panels<T, 1, C, kAsym, SK>(j, 0, sc);
+    fused_panels<T, 1, C, kAsym, SK>(j, 1, sc);
   }
+}
+
+// Scale kinds read in the stream (the common ones per code kind); every other kind, and weights
+// without groups, through fp32 rows (kF32).
+template <int T, CodeKind C, bool kAsym>
+void fused_scaled(const GemmJob& j) {
+  const ScaleKind k = j.w->group > 0 ? j.w->gscale_kind : ScaleKind::kNone;
+  if constexpr (C == CodeKind::kInt4 || (C == CodeKind::kInt8 && !kAsym))
+    if (k == ScaleKind::kBF16) return fused_job<T, C, kAsym, ScaleKind::kBF16>(j);
+  if constexpr (C == CodeKind::kFp4) {
+    if (k == ScaleKind::kE8M0) return fused_job<T, C, kAsym, ScaleKind::kE8M0>(j);
+    if (k == ScaleKind::kE4M3) return fused_job<T, C, kAsym, ScaleKind::kE4M3>(j);
+  }
+  fused_job<T, C, kAsym, ScaleKind::kF32>(j);
 }
 
 template <int T>
 bool fused_for_t(const GemmJob& j) {
   const bool asym = j.w->has_zp;
   switch (j.w->code) {
-    case CodeKind::kBF16: fused_job<T, CodeKind::kBF16, false>(j); return true;
-    case CodeKind::kFp8: fused_job<T, CodeKind::kFp8, false>(j); return true;
-    case CodeKind::kFp4: fused_job<T, CodeKind::kFp4, false>(j); return true;
+    case CodeKind::kBF16: fused_scaled<T, CodeKind::kBF16, false>(j); return true;
+    case CodeKind::kFp8: fused_scaled<T, CodeKind::kFp8, false>(j); return true;
+    case CodeKind::kFp4: fused_scaled<T, CodeKind::kFp4, false>(j); return true;
     case CodeKind::kInt8:
-      asym ? fused_job<T, CodeKind::kInt8, true>(j) : fused_job<T, CodeKind::kInt8, false>(j);
+      asym ? fused_scaled<T, CodeKind::kInt8, true>(j) : fused_scaled<T, CodeKind::kInt8, false>(j);
       return true;
     case CodeKind::kInt4:
-      asym ? fused_job<T, CodeKind::kInt4, true>(j) : fused_job<T, CodeKind::kInt4, false>(j);
+      asym ? fused_scaled<T, CodeKind::kInt4, true>(j) : fused_scaled<T, CodeKind::kInt4, false>(j);
       return true;
     default: return false;
   }

@@ -188,7 +188,8 @@ PackedProj pack_proj(const ExpertWeights& w, const ProjWeights& p, bool is_w13) 
   // ---- codes ---------------------------------------------------------------------------------
   const size_t es = elem_size(o.code);
   o.panel_bytes = four ? size_t(o.k_pad) * 8 : size_t(o.k_pad) * 16 * es;
-  o.codes.alloc(o.panel_bytes * size_t(E) * o.num_panels);
+  // + 64: the AVX-512 4-bit decode reads one byte past a block (cpu_kernels_avx512.cpp dec4x)
+  o.codes.alloc(o.panel_bytes * size_t(E) * o.num_panels + 64);
   std::memset(o.codes.data(), 0, o.codes.n);
   if (o.group > 0) {
     o.gscales.alloc(o.gscale_panel_bytes() * size_t(E) * o.num_panels);

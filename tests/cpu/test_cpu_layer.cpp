@@ -94,6 +94,13 @@ std::vector<Case> all_cases() {
   add("wna16_int8_channel_sym", s, 86, 70);
   s.group_size = 32, s.symmetric = false, s.scale_dtype = DType::kBF16;
   add("wna16_int8_g32_asym", s, 96, 48);
+  // symmetric int8 with bf16 group scales, int4 with fp32 group scales: the fused kernels' other
+  // scale paths (bf16 read in the stream; fp32 rows read in place)
+  s.symmetric = true, s.group_size = 64;
+  add("wna16_int8_g64_sym", s, 136, 44);
+  s = spec_of(SchemeKind::kWNA16);
+  s.bits = 4, s.group_size = 32, s.scale_dtype = DType::kF32;
+  add("wna16_int4_g32_sym_f32scale", s, 104, 56);
 
   s = spec_of(SchemeKind::kFP8W8A8);
   s.fp8_strategy = Strategy::kTensor, s.act = ActQuant::kFP8Tensor;

@@ -145,20 +145,23 @@ double cublas_bf16_tflops(const Blas& b, int n, cudaStream_t s) {
   return 2.0 * n * n * n / (ms * 1e-3) / 1e12;
 }
 
-// Dense fp8 e4m3 rate through cuBLASLt (TN, fp32 accumulation, bf16 out). 0 when unavailable.
-double cublaslt_fp8_tflops(const Blas& b, int n, cudaStream_t s) {
+// Dense fp8 e4m3 (fp32 accumulation, bf16 out) or int8 (int32 accumulation and out) rate through
+// cuBLASLt, TN. 0 when unavailable.
+double cublaslt_rate(const Blas& b, int n, bool int8, cudaStream_t s) {
   if (!b.lt_ok()) return 0;
   cublasLtHandle_t hd;
   if (b.lt_create(&hd) != CUBLAS_STATUS_SUCCESS) return 0;
   cublasLtMatmulDesc_t desc;
-  if (b.desc_create(&desc, CUBLAS_COMPUTE_32F, CUDA_R_32F) != CUBLAS_STATUS_SUCCESS) return 0;
+  if (b.desc_create(&desc, int8 ? CUBLAS_COMPUTE_32I : CUBLAS_COMPUTE_32F, int8 ? CUDA_R_32I : CUDA_R_32F) !=
+      CUBLAS_STATUS_SUCCESS)
+    return 0;
   cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
   b.desc_set(desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta));
   b.desc_set(desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb));
   cublasLtMatrixLayout_t la, lb, lc;
-  b.layout_create(&la, CUDA_R_8F_E4M3, n, n, n);
-  b.layout_create(&lb, CUDA_R_8F_E4M3, n, n, n);
-  b.layout_create(&lc, CUDA_R_16BF, n, n, n);
+  b.layout_create(&la, int8 ? CUDA_R_8I : CUDA_R_8F_E4M3, n, n, n);
+  b.layout_create(&lb, int8 ? CUDA_R_8I : CUDA_R_8F_E4M3, n, n, n);
+  b.layout_create(&lc, int8 ? CUDA_R_32I : CUDA_R_16BF, n, n, n);
   cublasLtMatmulPreference_t pref;
   b.pref_create(&pref);
   size_t ws_bytes = 64u << 20;
@@ -167,14 +170,17 @@ double cublaslt_fp8_tflops(const Blas& b, int n, cudaStream_t s) {
   int found = 0;
   if (b.heuristic(hd, desc, la, lb, lc, lc, pref, 1, &res, &found) != CUBLAS_STATUS_SUCCESS || found == 0) return 0;
   size_t bytes = static_cast<size_t>(n) * n;
-  cuda::DevBuf A(bytes), B(bytes), C(bytes * 2), W(ws_bytes);
-  // random e4m3 bytes with the exponent kept small (never NaN)
+  cuda::DevBuf A(bytes), B(bytes), C(bytes * 4), W(ws_bytes);
+  // random e4m3 bytes with the exponent kept small (never NaN); as int8, any byte
   fill_kernel<<<1024, 256, 0, s>>>(A.as<uint32_t>(), bytes / 4, 3);
   fill_kernel<<<1024, 256, 0, s>>>(B.as<uint32_t>(), bytes / 4, 4);
   float alpha = 1.f, beta = 0.f;
+  int32_t ialpha = 1, ibeta = 0;
+  const void* pa = int8 ? static_cast<const void*>(&ialpha) : &alpha;
+  const void* pb = int8 ? static_cast<const void*>(&ibeta) : &beta;
   cublasStatus_t st = CUBLAS_STATUS_SUCCESS;
   auto fn = [&] {
-    st = b.matmul(hd, desc, &alpha, A.ptr, la, B.ptr, lb, &beta, C.ptr, lc, C.ptr, lc, &res.algo, W.ptr, ws_bytes, s);
+    st = b.matmul(hd, desc, pa, A.ptr, la, B.ptr, lb, pb, C.ptr, lc, C.ptr, lc, &res.algo, W.ptr, ws_bytes, s);
   };
   double ms = time_ms(fn, 3, 10, s);
   if (st != CUBLAS_STATUS_SUCCESS) return 0;
@@ -229,7 +235,8 @@ DeviceCeilings cuda_measure_ceilings() {
   }
   Blas blas;
   double bf = cublas_bf16_tflops(blas, 8192, s);
-  double f8 = cublaslt_fp8_tflops(blas, 8192, s);
+  double f8 = cublaslt_rate(blas, 8192, false, s);
+  const double i8 = cublaslt_rate(blas, 8192, true, s);
   std::string how;
   if (bf > 0) {
     c.bf16_tflops = bf;
@@ -244,6 +251,12 @@ DeviceCeilings cuda_measure_ceilings() {
   } else {
     c.fp8_tflops = own_rate(true, s);
     how += ", fp8 by qmoe's own GEMM (cuBLASLt not loadable)";
+  }
+  if (i8 > 0) {
+    c.int8_tops = i8;
+    how += ", int8 by cuBLASLt";
+  } else {
+    how += ", int8 not measured (cuBLASLt not loadable)";
   }
   cudaStreamDestroy(s);
   c.device = str(prop.name, " (", prop.multiProcessorCount, " SMs; ", how, ")");

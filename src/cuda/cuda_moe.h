@@ -67,14 +67,16 @@ struct DevExperts {
 // Why the CUDA backend cannot run these weights ("" = it can).
 std::string can_prepare(const ExpertWeights& w);
 // Repacks canonical host weights (validated) into device experts. `activation` is the layer's.
-DevExperts prepare(const ExpertWeights& w, Activation activation);
+// int8_plain: INT8 W8A8 (prepare_q) also wants the Hopper path's signed plain copy of the weights.
+DevExperts prepare(const ExpertWeights& w, Activation activation, bool int8_plain = false);
 
 // Device random weights in the canonical encoding of `scheme` (codes uniform over their range,
 // never NaN; scales positive), prepared exactly like loaded ones. Used by the bench for
 // full-size layers that would not fit comfortably in host memory.
 DevExperts prepare_random(const MoeScheme& scheme, int num_experts, int hidden, int intermediate,
                           int group_size, std::array<int, 2> block, DType act, Activation activation,
-                          bool with_bias, uint64_t seed);
+                          bool with_bias, uint64_t seed,
+                          bool int8_plain = false);
 
 // Routing on the device: logits [M, E] f32 -> topk weights f32 [M, k], ids int32 [M, k].
 void route_device(const float* logits, int64_t m, int num_experts, const RouterConfig& cfg,

@@ -89,7 +89,11 @@ int wgmma_min_rows() {
 
 bool sm90_eligible(const DevExperts& ex) {
   if (!sm90_available()) return false;
-  // the wq kernel reads the atoms; WNA16 only (W8A8 / W4A8 quantize activations: mma.sync)
+  // INT8 W8A8 with symmetric channel weights: the IGMMA kernel on the signed plain copy
+  if (ex.fmt == WFmt::kU8 && ex.act_quant == ActQuant::kINT8Token)
+    return ex.w13.wp.ptr != nullptr && ex.w2.wp.ptr != nullptr && ex.w13.zero.ptr == nullptr &&
+           ex.w2.zero.ptr == nullptr && ex.w13.kchunk == 0 && ex.w2.kchunk == 0 && ex.w13.g_idx.ptr == nullptr;
+  // the wq kernel reads the atoms; WNA16 only (W4A8 quantizes activations: mma.sync)
   const bool atoms = (ex.fmt == WFmt::kU4 || ex.fmt == WFmt::kU8);
   if (atoms && ex.act_quant != ActQuant::kNone) return false;
   if (!atoms && (ex.w13.wp.ptr == nullptr || ex.w2.wp.ptr == nullptr)) return false;
@@ -164,7 +168,8 @@ struct ExpertsPlan {
       wg = rows_per_expert >= wgmma_min_rows() && sm90_eligible(ex);
     }
     if (wg) {
-      const bool fp8 = ex.fmt == WFmt::kFP8;
+      // byte operands (e4m3 or int8 codes) for fp8 and INT8 W8A8
+      const bool fp8 = ex.fmt == WFmt::kFP8 || (ex.fmt == WFmt::kU8 && ex.act_quant == ActQuant::kINT8Token);
       bm = 128;
       cap = align_capacity(static_cast<int>(numel), ex.num_experts, bm);
       sorted = cv.take<int32_t>(cap);
@@ -275,8 +280,10 @@ void fill_gemm_common(GemmParams& g, const DevProj& pr, const ExpertsPlan& pl, i
 void run_experts_sm90(const DevExperts& ex, const ExpertsPlan& pl, const void* x, const float* topk_w,
                       const int32_t* topk_ids, const int32_t* emap, bool on_input, cudaStream_t s) {
   const bool f16 = ex.act == DType::kF16;
-  const bool fp8 = ex.fmt == WFmt::kFP8;
-  const bool wq = ex.fmt == WFmt::kU4 || ex.fmt == WFmt::kU8;
+  const bool i8 = ex.fmt == WFmt::kU8 && ex.act_quant == ActQuant::kINT8Token;  // INT8 W8A8 (IGMMA)
+  const bool fp8 = ex.fmt == WFmt::kFP8 || i8;  // byte operands: quantized activation rows
+  const bool wq = !i8 && (ex.fmt == WFmt::kU4 || ex.fmt == WFmt::kU8);
+  const int kind = i8 ? 2 : fp8 ? 1 : 0;
   const int H = ex.hidden, I = ex.intermediate;
   const int qa = fp8 ? quant_code(ex.act_quant) : 0;
   launch_align(topk_ids, static_cast<int>(pl.numel), emap, ex.num_experts, pl.bm, pl.cap, pl.sorted, pl.eids,
@@ -328,7 +335,7 @@ void run_experts_sm90(const DevExperts& ex, const ExpertsPlan& pl, const void* x
   // int4 / int8 weights: the quantized-weight wgmma kernel on the prepared atoms
   auto launch = [&](const Sm90Gemm& q) {
     if (wq) launch_sm90_wq_gemm(f16, ex.fmt, q, s);
-    else launch_sm90_gemm(f16, fp8, q, s);
+    else launch_sm90_gemm(f16, kind, q, s);
   };
   Sm90Gemm g1;
   common(g1, ex.w13);

@@ -89,7 +89,10 @@ __global__ void repack_kernel(const uint8_t* __restrict__ src, int E, int N, int
   }
 }
 
-void repack(const void* dsrc, int bits, int E, int N, int K, bool interleaved, int half, DevProj& pr) {
+// int8_plain: also the Hopper path's plain copy of 8-bit integer weights, as signed values u - 128
+// (INT8 W8A8 with symmetric weights, run by the IGMMA kernel).
+void repack(const void* dsrc, int bits, int E, int N, int K, bool interleaved, int half, DevProj& pr,
+            bool int8_plain = false) {
   pr.np = (N + 63) / 64 * 64;
   if (interleaved) pr.np = std::max(pr.np, (half + 7) / 8 * 16 + 63) / 64 * 64;
   pr.kp = (K + 63) / 64 * 64;
@@ -108,9 +111,10 @@ void repack(const void* dsrc, int bits, int E, int N, int K, bool interleaved, i
   QMOE_CUDA_LAUNCH_OK();
   // The Hopper prefill path reads plain rows through TMA (sm90_moe.cuh). It costs a second copy of
   // the 16-bit / fp8 weights; other formats and other GPUs have none.
-  if ((bits == 16 || pr.fmt == WFmt::kFP8) && sm90_available()) {
+  if ((bits == 16 || pr.fmt == WFmt::kFP8 || (bits == 8 && int8_plain)) && sm90_available()) {
     pr.wp = DevBuf(sm90_plain_bytes(E, pr.np, pr.kp, bits));
-    launch_make_plain(dsrc, bits, E, N, K, pr.np, pr.kp, interleaved, half, pr.wp.ptr, nullptr);
+    launch_make_plain(dsrc, bits, E, N, K, pr.np, pr.kp, interleaved, half, pr.wp.ptr, nullptr,
+                      int8_plain ? 0x80 : 0);
   }
 }
 
@@ -264,7 +268,7 @@ std::string can_prepare(const ExpertWeights& w) {
   return str("scheme kind ", scheme_kind_name(k), " (the CUDA backend runs BF16/FP16, WNA16 and FP8 W8A8)");
 }
 
-DevExperts prepare(const ExpertWeights& w, Activation activation) {
+DevExperts prepare(const ExpertWeights& w, Activation activation, bool int8_plain) {
   if (q_scheme(w.scheme.kind)) return prepare_q(w, activation);  // backend II (prepare_q.cu)
   std::string why = can_prepare(w);
   QMOE_CHECK(why.empty(), kUnsupported, "CUDA backend cannot prepare these weights: ", why);
@@ -283,7 +287,7 @@ DevExperts prepare(const ExpertWeights& w, Activation activation) {
     DevBuf tmp(pw.weight.nbytes());
     QMOE_CUDA_OK(cudaMemcpy(tmp.ptr, pw.weight.raw(), pw.weight.nbytes(), cudaMemcpyHostToDevice));
     pr.fmt = d.fmt;
-    repack(tmp.ptr, bits, E, N, K, is_w13, I, pr);
+    repack(tmp.ptr, bits, E, N, K, is_w13, I, pr, int8_plain && !pw.zero_point.defined());
     QMOE_CUDA_OK(cudaDeviceSynchronize());
     prepare_aux(w, pw, is_w13, pr);
   };
@@ -330,7 +334,7 @@ __global__ void fill_random_kernel(uint8_t* dst, size_t bytes, int kind, int f16
 }  // namespace
 
 DevExperts prepare_random(const MoeScheme& scheme, int E, int H, int I, int group_size, std::array<int, 2> block,
-                          DType act, Activation activation, bool with_bias, uint64_t seed) {
+                          DType act, Activation activation, bool with_bias, uint64_t seed, bool int8_plain) {
   if (q_scheme(scheme.kind))  // backend II (prepare_q.cu)
     return prepare_random_q(scheme, E, H, I, group_size, act, activation, with_bias, seed);
   DevExperts d;
@@ -356,7 +360,7 @@ DevExperts prepare_random(const MoeScheme& scheme, int E, int H, int I, int grou
                                       act == DType::kF16, sd++);
     QMOE_CUDA_LAUNCH_OK();
     pr.fmt = d.fmt;
-    repack(tmp.ptr, bits, E, N, K, is_w13, I, pr);
+    repack(tmp.ptr, bits, E, N, K, is_w13, I, pr, int8_plain && scheme.weights.symmetric);
     QMOE_CUDA_OK(cudaDeviceSynchronize());
     // scales: small positive values, deterministic from the seed
     auto scale_val = [&](size_t i) { return 0.01f + 0.001f * static_cast<float>((i * 2654435761u + sd) % 97); };

@@ -280,7 +280,7 @@ DevExperts prepare_q(const ExpertWeights& w, Activation activation) {
   const std::string why = can_prepare_q(w);
   QMOE_CHECK(why.empty(), kUnsupported, "CUDA backend cannot prepare these weights: ", why);
   if (fp4_kind(w.scheme.kind)) return prepare_fp4(w, activation);
-  DevExperts d = prepare(wna16_view(w), activation);
+  DevExperts d = prepare(wna16_view(w), activation, w.scheme.kind == SchemeKind::kINT8W8A8);
   d.act_quant = w.scheme.act;
   d.method = "cuda/mma/" + w.scheme.key();
   return d;
@@ -290,7 +290,8 @@ DevExperts prepare_random_q(const MoeScheme& scheme, int E, int H, int I, int gr
                             Activation activation, bool with_bias, uint64_t seed) {
   QMOE_CHECK(q_scheme(scheme.kind), kInternal, "prepare_random_q: scheme ", scheme.key());
   if (!fp4_kind(scheme.kind)) {
-    DevExperts d = prepare_random(wna16_scheme(scheme), E, H, I, group_size, {0, 0}, act, activation, with_bias, seed);
+    DevExperts d = prepare_random(wna16_scheme(scheme), E, H, I, group_size, {0, 0}, act, activation, with_bias, seed,
+                                  scheme.kind == SchemeKind::kINT8W8A8);
     d.act_quant = scheme.act;
     d.method = "cuda/mma/" + scheme.key();
     return d;

@@ -63,7 +63,7 @@ struct Sm90Gather {
   const int32_t* num_post = nullptr;
   int numel = 0;
   int rows = 0;                     // positions (grid)
-  int quant = 0;                    // 0 copy, 1 fp8 per token, 2 fp8 per 1x128, 3 fp8 static
+  int quant = 0;                    // 0 copy, 1 fp8 per token, 2 fp8 per 1x128, 3 fp8 static, 4 int8 per token
   const float* in_scale = nullptr;  // static: per local expert
   void* out = nullptr;              // [rows][out_pitch] operand dtype (quant 0) or e4m3 bytes
   int out_pitch = 0;
@@ -90,14 +90,17 @@ inline size_t sm90_plain_bytes(int E, int np, int kp, int bits) {
 bool sm90_available();
 // Whether the Hopper path can run this projection (format, mode, accumulation chunk); see the .cu.
 bool sm90_supports(WFmt fmt, int mode, int chunk);
-void launch_sm90_gemm(bool f16, bool fp8, const Sm90Gemm& p, cudaStream_t s);
+// kind: 0 16-bit weights (HGMMA), 1 fp8 (QGMMA), 2 INT8 W8A8 (IGMMA: signed int8 x int8, exact
+// int32 sums over all of K, then scaled once as numerics.md's channel case: (part * s_w) * s_a).
+void launch_sm90_gemm(bool f16, int kind, const Sm90Gemm& p, cudaStream_t s);
 // int4 / int8 weights (WNA16, prepared atoms) on wgmma with the weights as the register operand:
 // D^T[n][token] = W[n][:] . X[token][:], 128 weight rows x 128 tokens per CTA (sm90_moe_gemm.cu).
 void launch_sm90_wq_gemm(bool f16, WFmt fmt, const Sm90Gemm& p, cudaStream_t s);
 void launch_sm90_gather(bool f16, const Sm90Gather& p, cudaStream_t s);
 // Plain weight copy for the Hopper path (tiled, above) from canonical src[e][N][K] (bits 16 or 8),
 // rows in the prepared column order (w13 interleaved by 8); dst holds sm90_plain_bytes().
+// xor_mask 0x80 turns offset-128 int8 codes u into signed bytes u - 128.
 void launch_make_plain(const void* src, int bits, int E, int N, int K, int np, int kp, bool interleaved, int half,
-                       void* dst, cudaStream_t s);
+                       void* dst, cudaStream_t s, int xor_mask = 0);
 
 }  // namespace qmoe::cuda

@@ -120,7 +120,7 @@ __device__ __forceinline__ int orig_row(const Sm90Gemm& p, int n) {
   return ((n >> 3) & 1) * p.half + (n >> 4) * 8 + (n & 7);
 }
 
-template <class Op, bool FP8>
+template <class Op, bool FP8, bool I8 = false>  // I8: byte operands as signed int8 (IGMMA)
 __global__ void __launch_bounds__(384, 1)
     sm90_moe_gemm_kernel(const __grid_constant__ CUtensorMap tma_a, const __grid_constant__ CUtensorMap tma_b,
                          const Sm90Gemm p) {
@@ -199,7 +199,37 @@ __global__ void __launch_bounds__(384, 1)
   // chunked fp8 (scales change along K): per k-block weight group / activation group
   const bool chunked = FP8 && (p.kchunk > 0 || p.rs_groups > 1);
 
-  if constexpr (FP8) {
+  if constexpr (I8) {
+    // exact int32 sums of int8 x int8 over all of K (|sum| < 2^31 for K < 2^17), one scale pair
+    int iacc[NACC];
+#pragma unroll
+    for (int i = 0; i < NACC; ++i) iacc[i] = 0;
+    for (int kb = 0; kb < nk; ++kb) {
+      const int s = kb % STAGES;
+      mbar_wait(&full[s], (kb / STAGES) & 1);
+      const uint8_t* a_st = sA + s * C::A_ST + cw * 64 * 128;
+      const uint8_t* b_st = sB + s * C::B_ST;
+      wgmma_fence();
+#pragma unroll
+      for (int h = 0; h < C::KH; ++h)
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk)
+          wgmma_n128_s8(iacc, smem_desc(a_st + h * kBM * 128 + kk * 32), smem_desc(b_st + h * BN * 128 + kk * 32), 1);
+      wgmma_commit();
+      wgmma_wait0();
+      if (lane == 0) mbar_arrive(&empty[s]);
+    }
+    load_rs(0);
+#pragma unroll
+    for (int j = 0; j < NACC / 4; ++j)
+#pragma unroll
+      for (int e2 = 0; e2 < 2; ++e2) {
+        const float cs = col_scale(nb * BN + 8 * j + 2 * (lane & 3) + e2, 0);
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          acc[j * 4 + h * 2 + e2] = (static_cast<float>(iacc[j * 4 + h * 2 + e2]) * cs) * rs[h];
+      }
+  } else if constexpr (FP8) {
     float tmp0[NACC], tmp1[NACC];
     auto promote = [&](const float (&t)[NACC], int k0) {
       if (k0 >= p.k) return;  // a 128-k block wholly in the K padding: zero products
@@ -625,6 +655,15 @@ __global__ void __launch_bounds__(128) sm90_gather_kernel(const Sm90Gather p) {
     if (tid == 0) p.scales[static_cast<size_t>(pos) * p.groups] = s;
     return;
   }
+  if (p.quant == 4) {  // int8 per token, as act_prep_q (moe_act_q.cu): q = clamp(rint(x / s), -128, 127)
+    float mx = 0.f;
+    for (int i = tid; i < p.cols; i += 128) mx = fmaxf(mx, fabsf(val(i)));
+    const float s = fmaxf(block_max128(mx, red), 1e-10f) / 127.f;
+    for (int i = tid; i < p.cols; i += 128)
+      dst[i] = static_cast<uint8_t>(static_cast<int8_t>(fminf(fmaxf(rintf(val(i) / s), -128.f), 127.f)));
+    if (tid == 0) p.scales[static_cast<size_t>(pos) * p.groups] = s;
+    return;
+  }
   // quant 2: one warp per 128-column group
   const int warp = tid >> 5, lane = tid & 31;
   for (int g = warp; g < p.groups; g += 4) {
@@ -642,7 +681,7 @@ __global__ void __launch_bounds__(128) sm90_gather_kernel(const Sm90Gather p) {
 // Tiled plain copy (sm90_moe.cuh): one thread per 16 bytes of dst, dst index order
 // [e][nb][kb][r][16-byte piece v].
 __global__ void make_plain_kernel(const uint8_t* __restrict__ src, int esz, int E, int N, int K, int nt, int kt,
-                                  int interleaved, int half, uint8_t* __restrict__ dst) {
+                                  int interleaved, int half, uint8_t* __restrict__ dst, uint32_t xor_mask) {
   const int64_t total = static_cast<int64_t>(E) * nt * kt * 256 * 8;
   const int64_t row_bytes = static_cast<int64_t>(K) * esz;
   for (int64_t id = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; id < total;
@@ -662,7 +701,7 @@ __global__ void make_plain_kernel(const uint8_t* __restrict__ src, int esz, int 
 #pragma unroll
     for (int i = 0; i < 16; ++i) {
       const int64_t byte = kb * 128 + v * 16 + i;
-      b[i] = (ok && byte < row_bytes) ? src[(e * N + row) * row_bytes + byte] : 0;
+      b[i] = (ok && byte < row_bytes) ? static_cast<uint8_t>(src[(e * N + row) * row_bytes + byte] ^ xor_mask) : 0;
     }
     uint4 o;
     o.x = b[0] | (b[1] << 8) | (b[2] << 16) | (static_cast<uint32_t>(b[3]) << 24);
@@ -712,10 +751,10 @@ CUtensorMap make_map(const void* base, bool byte_elems, int k, int rows, int exp
   return m;
 }
 
-template <class Op, bool FP8>
+template <class Op, bool FP8, bool I8 = false>
 void launch_gemm(const Sm90Gemm& p, cudaStream_t s) {
   using C = Sm90Cfg<FP8>;
-  auto kern = sm90_moe_gemm_kernel<Op, FP8>;
+  auto kern = sm90_moe_gemm_kernel<Op, FP8, I8>;
   static std::once_flag once;
   std::call_once(once, [&] { QMOE_CUDA_OK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM)); });
   const int esz = FP8 ? 1 : 2;
@@ -790,8 +829,11 @@ void launch_sm90_wq_gemm(bool f16, WFmt fmt, const Sm90Gemm& p, cudaStream_t s) 
   }
 }
 
-void launch_sm90_gemm(bool f16, bool fp8, const Sm90Gemm& p, cudaStream_t s) {
-  if (fp8) {
+void launch_sm90_gemm(bool f16, int kind, const Sm90Gemm& p, cudaStream_t s) {
+  if (kind == 2) {
+    if (f16) launch_gemm<F16, true, true>(p, s);
+    else launch_gemm<BF16, true, true>(p, s);
+  } else if (kind == 1) {
     if (f16) launch_gemm<F16, true>(p, s);
     else launch_gemm<BF16, true>(p, s);
   } else {
@@ -808,13 +850,13 @@ void launch_sm90_gather(bool f16, const Sm90Gather& p, cudaStream_t s) {
 }
 
 void launch_make_plain(const void* src, int bits, int E, int N, int K, int np, int kp, bool interleaved, int half,
-                       void* dst, cudaStream_t s) {
+                       void* dst, cudaStream_t s, int xor_mask) {
   const int esz = bits / 8;
   const int nt = sm90_plain_nt(np), kt = sm90_plain_kt(kp, bits);
   const int64_t vecs = static_cast<int64_t>(E) * nt * kt * 256 * 8;
   const int blocks = static_cast<int>(std::min<int64_t>((vecs + 255) / 256, 65535 * 8));
   make_plain_kernel<<<blocks, 256, 0, s>>>(static_cast<const uint8_t*>(src), esz, E, N, K, nt, kt, interleaved ? 1 : 0,
-                                          half, static_cast<uint8_t*>(dst));
+                                          half, static_cast<uint8_t*>(dst), static_cast<uint32_t>(xor_mask));
   QMOE_CUDA_LAUNCH_OK();
 }
 

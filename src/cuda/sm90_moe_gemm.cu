@@ -198,27 +198,8 @@ __global__ void __launch_bounds__(384, 1)
   };
   // chunked fp8 (scales change along K): per k-block weight group / activation group
   const bool chunked = FP8 && (p.kchunk > 0 || p.rs_groups > 1);
-
-  if constexpr (I8) {
-    // exact int32 sums of int8 x int8 over all of K (|sum| < 2^31 for K < 2^17), one scale pair
-    int iacc[NACC];
-#pragma unroll
-    for (int i = 0; i < NACC; ++i) iacc[i] = 0;
-    for (int kb = 0; kb < nk; ++kb) {
-      const int s = kb % STAGES;
-      mbar_wait(&full[s], (kb / STAGES) & 1);
-      const uint8_t* a_st = sA + s * C::A_ST + cw * 64 * 128;
-      const uint8_t* b_st = sB + s * C::B_ST;
-      wgmma_fence();
-#pragma unroll
-      for (int h = 0; h < C::KH; ++h)
-#pragma unroll
-        for (int kk = 0; kk < 4; ++kk)
-          wgmma_n128_s8(iacc, smem_desc(a_st + h * kBM * 128 + kk * 32), smem_desc(b_st + h * BN * 128 + kk * 32), 1);
-      wgmma_commit();
-      wgmma_wait0();
-      if (lane == 0) mbar_arrive(&empty[s]);
-    }
+  // f(accumulator index, column scale, row scale) for every accumulator, with the scales of all of K
+  auto each_scale = [&](auto&& f) {
     load_rs(0);
 #pragma unroll
     for (int j = 0; j < NACC / 4; ++j)
@@ -226,9 +207,37 @@ __global__ void __launch_bounds__(384, 1)
       for (int e2 = 0; e2 < 2; ++e2) {
         const float cs = col_scale(nb * BN + 8 * j + 2 * (lane & 3) + e2, 0);
 #pragma unroll
-        for (int h = 0; h < 2; ++h)
-          acc[j * 4 + h * 2 + e2] = (static_cast<float>(iacc[j * 4 + h * 2 + e2]) * cs) * rs[h];
+        for (int h = 0; h < 2; ++h) f(j * 4 + h * 2 + e2, cs, rs[h]);
       }
+  };
+  // byte operands (fp8 / int8): per stage wait for the data, issue its MMAs, wait for them,
+  // release the stage, then after(kb) (fp8: promote the k-block partials)
+  auto byte_kloop = [&](auto&& issue, auto&& after) {
+    for (int kb = 0; kb < nk; ++kb) {
+      const int s = kb % STAGES;
+      mbar_wait(&full[s], (kb / STAGES) & 1);
+      wgmma_fence();
+      issue(sA + s * C::A_ST + cw * 64 * 128, sB + s * C::B_ST);
+      wgmma_commit();
+      wgmma_wait0();
+      if (lane == 0) mbar_arrive(&empty[s]);
+      after(kb);
+    }
+  };
+
+  if constexpr (I8) {
+    // exact int32 sums of int8 x int8 over all of K (|sum| < 2^31 for K < 2^17), one scale pair
+    int iacc[NACC];
+#pragma unroll
+    for (int i = 0; i < NACC; ++i) iacc[i] = 0;
+    byte_kloop([&](const uint8_t* a_st, const uint8_t* b_st) {
+#pragma unroll
+      for (int h = 0; h < C::KH; ++h)
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk)
+          wgmma_n128_s8(iacc, smem_desc(a_st + h * kBM * 128 + kk * 32), smem_desc(b_st + h * BN * 128 + kk * 32), 1);
+    }, [](int) {});
+    each_scale([&](int i, float cs, float r) { acc[i] = (static_cast<float>(iacc[i]) * cs) * r; });
   } else if constexpr (FP8) {
     float tmp0[NACC], tmp1[NACC];
     auto promote = [&](const float (&t)[NACC], int k0) {
@@ -250,34 +259,17 @@ __global__ void __launch_bounds__(384, 1)
         for (int i = 0; i < NACC; ++i) acc[i] += t[i];
       }
     };
-    for (int kb = 0; kb < nk; ++kb) {
-      const int s = kb % STAGES;
-      mbar_wait(&full[s], (kb / STAGES) & 1);
-      const uint8_t* a_st = sA + s * C::A_ST + cw * 64 * 128;
-      const uint8_t* b_st = sB + s * C::B_ST;
-      wgmma_fence();
+    byte_kloop([&](const uint8_t* a_st, const uint8_t* b_st) {
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk) wgmma_n128_e4m3(tmp0, smem_desc(a_st + kk * 32), smem_desc(b_st + kk * 32), kk);
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk)
         wgmma_n128_e4m3(tmp1, smem_desc(a_st + kBM * 128 + kk * 32), smem_desc(b_st + BN * 128 + kk * 32), kk);
-      wgmma_commit();
-      wgmma_wait0();
-      if (lane == 0) mbar_arrive(&empty[s]);
+    }, [&](int kb) {
       promote(tmp0, kb * BK);
       promote(tmp1, kb * BK + 128);
-    }
-    if (!chunked) {  // one scale pair for the whole K
-      load_rs(0);
-#pragma unroll
-      for (int j = 0; j < NACC / 4; ++j)
-#pragma unroll
-        for (int e2 = 0; e2 < 2; ++e2) {
-          const float cs = col_scale(nb * BN + 8 * j + 2 * (lane & 3) + e2, 0);
-#pragma unroll
-          for (int h = 0; h < 2; ++h) acc[j * 4 + h * 2 + e2] *= rs[h] * cs;
-        }
-    }
+    });
+    if (!chunked) each_scale([&](int i, float cs, float r) { acc[i] *= r * cs; });  // one scale pair for all of K
   } else {
     for (int kb = 0; kb < nk; ++kb) {
       const int s = kb % STAGES;

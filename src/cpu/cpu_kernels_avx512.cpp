@@ -34,6 +34,10 @@ constexpr int kChunk = 256;  // K per decoded tile (16 KB of bf16 for two panels
 constexpr int kTB = 12;      // tokens per microkernel call
 constexpr int kTBGroups = 6; // ... when a chunk holds several scale groups (sums stay in registers)
 constexpr int kPrefetch = 1024;  // bytes ahead in a weight stream (software prefetch, L1)
+// bf16 weights read in place by the tile microkernel (T > 12): each line feeds 12 tokens x 16 rows
+// of dot products (12 cycles of work per line), so 1 KiB ahead is ~200 cycles, less than a DRAM
+// latency; 8 KiB ahead into L2: qwen3 M = 512 one thread 233-236 -> 224 ms (same as the fused path).
+constexpr int kStreamPrefetch = 8192;
 
 inline __m512bh as_bh(__m512i v) { return (__m512bh)v; }
 
@@ -228,8 +232,8 @@ void ukr_bf16(const uint16_t* w0, const uint16_t* w1, int nkp, int seg_kp, const
     for (int t = 0; t < TB; ++t) acc0[t] = _mm512_setzero_ps(), acc1[t] = _mm512_setzero_ps();
     for (int kp = s0; kp < s1; ++kp) {
       if (kStream) {  // weights straight from memory (bf16 checkpoints): keep loads in flight
-        _mm_prefetch(reinterpret_cast<const char*>(w0 + size_t(kp) * 32) + kPrefetch, _MM_HINT_T0);
-        _mm_prefetch(reinterpret_cast<const char*>(w1 + size_t(kp) * 32) + kPrefetch, _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(w0 + size_t(kp) * 32) + kStreamPrefetch, _MM_HINT_T1);
+        _mm_prefetch(reinterpret_cast<const char*>(w1 + size_t(kp) * 32) + kStreamPrefetch, _MM_HINT_T1);
       }
       const __m512i W0 = _mm512_load_si512(w0 + size_t(kp) * 32), W1 = _mm512_load_si512(w1 + size_t(kp) * 32);
       for (int t = 0; t < TB; ++t) {
@@ -458,14 +462,21 @@ bool run_s8(const GemmJob& j) {
 // fp32 summation order inside a group differs. The bf16-pair products are exact (both operands
 // exact bf16 values, 8 x 8 significant bits), so the pairing itself rounds nothing.
 constexpr int kFusedMaxT = kFewRows;
-// Software prefetch in each panel's stream (prefetcht1): 2 KiB ahead for bf16 panels, 4 KiB for
-// 8- and 4-bit codes. Measured on the 2-core Zen 4 VM, one thread, qwen3 M = 1 (and
-// bench/cpu_stream_micro.cpp): bf16 streams 30-31 GB/s per core at 2 KiB, the bare read probe's
-// rate (8 KiB: 24-27, none: 28); the decoding kernels are 10-25% faster at 3-4 KiB than at 2 or
-// 8 KiB. Far-ahead software prefetches hold L1 miss buffers for a whole DRAM latency and cap the
-// lines in flight below what the L2 stream prefetcher sustains on its own.
-template <int kBpk>
-constexpr int fused_pf() { return kBpk == 64 ? 2048 : 4096; }
+// Software prefetch in each panel's stream (prefetcht1): bf16 panels 2 KiB ahead at T <= 2 and
+// 8 KiB ahead at T >= 3; 8- and 4-bit codes 4 KiB ahead. Measured on the 2-core Zen 4 VM (and
+// bench/cpu_stream_micro.cpp): at T <= 2 a bf16 stream runs at the memory's pace, 30-31 GB/s per
+// core at 2 KiB (8 KiB: 24-27, none: 28; qwen3 M = 1), and the decoding kernels are 10-25% faster
+// at 3-4 KiB than at 2 or 8 KiB: far-ahead software prefetches hold L1 miss buffers for a whole
+// DRAM latency and cap the lines in flight below what the L2 stream prefetcher sustains alone.
+// At T >= 3 a bf16 line feeds 4T dot products, so 2 KiB are only 100-250 cycles of work, less than
+// a DRAM latency: every line arrived late (perf: ~40% of the T = 8 kernel's samples on the first
+// use of each weight line). 8 KiB ahead: qwen3 M = 128 one thread 94 -> 58 ms, two threads 53 ->
+// 41 ms; mixtral M = 32 108 -> 58 ms (4 KiB: 69 ms one thread, 16-24 KiB: same as 8).
+// 4-bit streams add a prefetcht0 512 bytes ahead (one line per 64-byte block, from L2 into L1):
+// 3-10% at T = 1..2 (qwen3 M = 8 / 32, llama4 M = 8).
+template <int kBpk, int T>
+constexpr int fused_pf() { return kBpk == 64 ? (T <= 2 ? 2048 : 8192) : 4096; }
+constexpr int kNearPf4 = 512;
 
 // 4-bit block (kWord4) decoded from two loads: word j of the block at blk holds kpairs 0, 1 in
 // its low byte; word j of the (line-splitting) load at blk + 1 is bytes (2j + 1, 2j + 2), whose
@@ -548,7 +559,7 @@ void fused_panels(const GemmJob& j, int h0, const FusedScales& sc) {
   for (int h = 0; h < NP; ++h) pc[h] = w.panel(j.e, p0 + h);
   const int32_t* ar[T];  // activation rows as (a[2kp], a[2kp + 1]) pairs
   for (int t = 0; t < T; ++t) ar[t] = reinterpret_cast<const int32_t*>(a.row<uint16_t>(j.row0 + t));
-  constexpr int pf = fused_pf<kBpk>();
+  constexpr int pf = fused_pf<kBpk, T>();
 
   __m512i tbl = _mm512_setzero_si512(), off[NP], zlo[NP], zhi[NP];
   if (C == CodeKind::kInt4) tbl = kAsym ? int_table() : rep16_table(true, w.zsym);
@@ -582,6 +593,7 @@ void fused_panels(const GemmJob& j, int h0, const FusedScales& sc) {
       for (int h = 0; h < NP; ++h) {
         const uint8_t* src = pc[h] + size_t(kp) * kBpk;
         for (int l = 0; l < 4 * kBpk; l += 64) _mm_prefetch(reinterpret_cast<const char*>(src + l + pf), _MM_HINT_T1);
+        if constexpr (kBpk == 16) _mm_prefetch(reinterpret_cast<const char*>(src + kNearPf4), _MM_HINT_T0);
         if constexpr (C == CodeKind::kBF16) {
           for (int i = 0; i < 4; ++i) v[h][i] = _mm512_load_si512(src + 64 * i);
         } else if constexpr (C == CodeKind::kInt8) {

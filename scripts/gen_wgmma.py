@@ -4,61 +4,53 @@
 error-prone to type). Run from the repository root: python3 scripts/gen_wgmma.py"""
 
 
-def gen(name, n, ptx_types, fp8, acc="f"):
+def gen(name, n, ptx_types, k, acc="f", a_regs=False, trans=True):
+    """D[64 x n] (+)= A[64 x k] * B[n x k]^T. acc "f": fp32 accumulators, "r": int32 (no scale
+    immediates). a_regs: A from 4 registers per thread (the m16n8k16 A fragment of each warp's 16
+    rows) instead of a shared-memory descriptor. trans: emit the two transpose immediates (16-bit
+    types with both operands from shared memory)."""
     nreg = n // 2
     regl = [f"%{i}" for i in range(nreg)]
-    extra = "" if fp8 else ", 0, 0"  # 16-bit: imm-trans-a, imm-trans-b = 0 (both K-major)
-    k = 32 if fp8 else 16
     ctype = "float" if acc == "f" else "int"
     dtype = "f32" if acc == "f" else "s32"
-    lines = [f"// D[64 x {n}] (+)= A[64 x {k}] * B[{n} x {k}]^T from shared memory (K-major descriptors);",
-             "// scale_d = 0 overwrites D.",
-             f"__device__ __forceinline__ void {name}({ctype} (&d)[{nreg}], uint64_t da, uint64_t db, int scale_d) {{",
-             "  asm volatile(",
-             '      "{\\n.reg .pred p;\\nsetp.ne.b32 p, %' + str(nreg + 2) + ', 0;\\n"',
-             f'      "wgmma.mma_async.sync.aligned.m64n{n}k{k}.{dtype}.{ptx_types} "']
+    if a_regs:
+        head = [f"// D[64 x {n}] (+)= A[64 x {k}] (registers) * B[{n} x {k}]^T (shared memory, K-major); scale_d = 0",
+                "// overwrites D.",
+                f"__device__ __forceinline__ void {name}({ctype} (&d)[{nreg}], const uint32_t (&a)[4], uint64_t db, int scale_d) {{"]
+        a_op = f"{{%{nreg}, %{nreg + 1}, %{nreg + 2}, %{nreg + 3}}}, %{nreg + 4}"
+        pred = nreg + 5
+        tail = ", 1, 1, 0"  # imm-scale-a, imm-scale-b, imm-trans-b
+        ins = '"r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d)'
+    else:
+        head = [f"// D[64 x {n}] (+)= A[64 x {k}] * B[{n} x {k}]^T from shared memory (K-major descriptors);",
+                "// scale_d = 0 overwrites D.",
+                f"__device__ __forceinline__ void {name}({ctype} (&d)[{nreg}], uint64_t da, uint64_t db, int scale_d) {{"]
+        a_op = f"%{nreg}, %{nreg + 1}"
+        pred = nreg + 2
+        # integer MMA has no scale immediates; 16-bit types also take imm-trans-a, imm-trans-b = 0
+        tail = ("" if acc != "f" else ", 1, 1") + (", 0, 0" if trans else "")
+        ins = '"l"(da), "l"(db), "r"(scale_d)'
+    lines = head + ["  asm volatile(",
+                    '      "{\\n.reg .pred p;\\nsetp.ne.b32 p, %' + str(pred) + ', 0;\\n"',
+                    f'      "wgmma.mma_async.sync.aligned.m64n{n}k{k}.{dtype}.{ptx_types} "']
     for i in range(0, nreg, 16):
         part = ", ".join(regl[i:i + 16])
         lines.append(f'      "{"{" if i == 0 else ""}{part}{"," if i + 16 < nreg else "}"} "')
-    # integer MMA has no scale-a / scale-b immediates
-    imm = extra if acc == "f" else ""
-    lines.append(f'      ", %{nreg}, %{nreg + 1}, p{", 1, 1" if acc == "f" else ""}{imm};\\n}}\\n"')
-    outs = [", ".join(f'"+{"f" if acc == "f" else "r"}"(d[{j}])' for j in range(i, min(i + 8, nreg))) for i in range(0, nreg, 8)]
+    lines.append(f'      ", {a_op}, p{tail};\\n}}\\n"')
+    c = "f" if acc == "f" else "r"
+    outs = [", ".join(f'"+{c}"(d[{j}])' for j in range(i, min(i + 8, nreg))) for i in range(0, nreg, 8)]
     lines.append("      : " + ",\n        ".join(outs))
-    lines.append('      : "l"(da), "l"(db), "r"(scale_d)')
-    lines.append('      : "memory");')
-    lines.append("}")
-    return "\n".join(lines)
-
-
-def gen_ra(name, n, ptx_types):
-    """A (64 x 16, 16-bit) from registers: 4 x 32-bit per thread in the mma.sync m16n8k16 A
-    fragment order of each warp's 16 rows; B from shared memory (K-major descriptor)."""
-    nreg = n // 2
-    regl = [f"%{i}" for i in range(nreg)]
-    lines = [f"// D[64 x {n}] (+)= A[64 x 16] (registers) * B[{n} x 16]^T (shared memory, K-major); scale_d = 0",
-             "// overwrites D.",
-             f"__device__ __forceinline__ void {name}(float (&d)[{nreg}], const uint32_t (&a)[4], uint64_t db, int scale_d) {{",
-             "  asm volatile(",
-             '      "{\\n.reg .pred p;\\nsetp.ne.b32 p, %' + str(nreg + 5) + ', 0;\\n"',
-             f'      "wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{ptx_types} "']
-    for i in range(0, nreg, 16):
-        part = ", ".join(regl[i:i + 16])
-        lines.append(f'      "{"{" if i == 0 else ""}{part}{"," if i + 16 < nreg else "}"} "')
-    lines.append(f'      ", {{%{nreg}, %{nreg + 1}, %{nreg + 2}, %{nreg + 3}}}, %{nreg + 4}, p, 1, 1, 0;\\n}}\\n"')
-    outs = [", ".join(f'"+f"(d[{j}])' for j in range(i, min(i + 8, nreg))) for i in range(0, nreg, 8)]
-    lines.append("      : " + ",\n        ".join(outs))
-    lines.append('      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d)')
+    lines.append(f"      : {ins}")
     lines.append('      : "memory");')
     lines.append("}")
     return "\n".join(lines)
 
 
 out = ["// Generated by scripts/gen_wgmma.py; do not edit.", "#pragma once", ""]
-out.append(gen("wgmma_n256_bf16", 256, "bf16.bf16", False))
-out.append(gen("wgmma_n256_f16", 256, "f16.f16", False))
-out.append(gen("wgmma_n128_e4m3", 128, "e4m3.e4m3", True))
-out.append(gen("wgmma_n128_s8", 128, "s8.s8", True, acc="r"))
-out.append(gen_ra("wgmma_ra_n128_bf16", 128, "bf16.bf16"))
-out.append(gen_ra("wgmma_ra_n128_f16", 128, "f16.f16"))
+out.append(gen("wgmma_n256_bf16", 256, "bf16.bf16", 16))
+out.append(gen("wgmma_n256_f16", 256, "f16.f16", 16))
+out.append(gen("wgmma_n128_e4m3", 128, "e4m3.e4m3", 32, trans=False))
+out.append(gen("wgmma_n128_s8", 128, "s8.s8", 32, acc="r", trans=False))
+out.append(gen("wgmma_ra_n128_bf16", 128, "bf16.bf16", 16, a_regs=True))
+out.append(gen("wgmma_ra_n128_f16", 128, "f16.f16", 16, a_regs=True))
 open("src/cuda/sm90_wgmma.inc", "w").write("\n\n".join(out) + "\n")

@@ -128,6 +128,17 @@ __device__ __forceinline__ uint32_t dq_fp8_pair(uint32_t w, int b) {
   return Op::mul2(r, Op::kFp8Fix);  // times 2^(bias difference): exact, subnormals included
 }
 
+// ---- prepared row order -------------------------------------------------------------------------
+// Original weight row of prepared row n of w13, whose rows are interleaved per n16 tile: 8 gate rows
+// then the 8 matching up rows (half = I); every kernel's epilogue and prepare() use this order.
+__host__ __device__ __forceinline__ int interleaved_row(int n, int half) {
+  return ((n >> 3) & 1) * half + (n >> 4) * 8 + (n & 7);
+}
+template <class P>  // GemmParams, Sm90Gemm: fields interleaved, half
+__device__ __forceinline__ int orig_row(const P& p, int n) {
+  return p.interleaved ? interleaved_row(n, p.half) : n;
+}
+
 // ---- activations (numerics.md) -------------------------------------------------------------------
 // act: 0 silu*mul, 1 gelu(erf)*mul, 2 swigluoai
 __device__ __forceinline__ float act_fn(int act, float g, float u) {

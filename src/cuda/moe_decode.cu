@@ -122,12 +122,6 @@ __device__ __forceinline__ void ldsm_x2(uint32_t (&r)[2], uint32_t addr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(addr));
 }
 
-// Original weight row of prepared column n (w13: 8 gate rows then the 8 matching up rows).
-__device__ __forceinline__ int orig_row(const GemmParams& p, int n) {
-  if (!p.interleaved) return n;
-  return ((n >> 3) & 1) * p.half + (n >> 4) * 8 + (n & 7);
-}
-
 // Accumulator layout of the swapped mma (D = W[16 n][k] x A^T[k][8 tokens]), lane = 4 g + t:
 // c0 = (n g, token 2t), c1 = (n g, token 2t + 1), c2 = (n g + 8, token 2t), c3 = (n g + 8, 2t + 1);
 // j = c >> 1 picks the weight row (w13: gate / up of one intermediate column), h = c & 1 the token.

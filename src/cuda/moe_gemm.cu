@@ -51,12 +51,6 @@ constexpr int smem_bytes() {
   return C::STAGES * (C::BM * 128 + (C::BN / 16) * (64 / FmtTraits<F>::KA) * 512) + C::BM * 8;
 }
 
-// Original weight row of prepared column n (w13: 8 gate rows then the 8 matching up rows).
-__device__ __forceinline__ int orig_row(const GemmParams& p, int n) {
-  if (!p.interleaved) return n;
-  return ((n >> 3) & 1) * p.half + (n >> 4) * 8 + (n & 7);
-}
-
 template <class Op, class C, WFmt F, int MODE>
 __global__ void __launch_bounds__(C::kThreads) moe_gemm_kernel(const GemmParams p) {
   constexpr int KA = FmtTraits<F>::KA;

@@ -91,12 +91,6 @@ __device__ __forceinline__ uint32_t scale_pair<F16, WFmt::kMX4>(uint32_t e) {
   return h | (h << 16);
 }
 
-// Original weight row of prepared column n (w13: 8 gate rows then the 8 matching up rows).
-__device__ __forceinline__ int orig_row(const GemmParams& p, int n) {
-  if (!p.interleaved) return n;
-  return ((n >> 3) & 1) * p.half + (n >> 4) * 8 + (n & 7);
-}
-
 template <class Op, class C, WFmt F>
 __global__ void __launch_bounds__(C::kThreads) moe_gemm_fp4_kernel(const GemmParams p) {
   constexpr int U = unit_bytes<F>();

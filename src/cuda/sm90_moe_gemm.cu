@@ -86,13 +86,6 @@ __device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, u
       "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_u32(bar)), "r"(c0), "r"(c1)
       : "memory");
 }
-__device__ __forceinline__ void tma_load_3d(void* dst, const CUtensorMap* map, uint64_t* bar, int c0, int c1, int c2) {
-  asm volatile(
-      "cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5}], [%2];\n" ::"r"(
-          smem_u32(dst)),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_u32(bar)), "r"(c0), "r"(c1), "r"(c2)
-      : "memory");
-}
 // K-major operand tile with 128-byte rows, 128B swizzle (what TMA's SWIZZLE_128B writes): 8-row
 // core groups 1024 bytes apart. The start address moves by 32 bytes per k16 (bf16) / k32 (fp8) step.
 __device__ __forceinline__ uint64_t smem_desc(const void* p) {
@@ -114,11 +107,6 @@ __device__ __forceinline__ void setmaxnreg_dec() {
   asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
 }
 #endif
-
-__device__ __forceinline__ int orig_row(const Sm90Gemm& p, int n) {
-  if (!p.interleaved) return n;
-  return ((n >> 3) & 1) * p.half + (n >> 4) * 8 + (n & 7);
-}
 
 template <class Op, bool FP8, bool I8 = false>  // I8: byte operands as signed int8 (IGMMA)
 __global__ void __launch_bounds__(384, 1)
@@ -686,7 +674,7 @@ __global__ void make_plain_kernel(const uint8_t* __restrict__ src, int esz, int 
     int64_t row = n;
     bool ok = n < N;
     if (interleaved) {
-      row = ((n >> 3) & 1) * half + (n >> 4) * 8 + (n & 7);
+      row = interleaved_row(static_cast<int>(n), half);
       ok = (n >> 4) * 8 + (n & 7) < half && row < N;
     }
     uint8_t b[16];
@@ -721,25 +709,21 @@ EncodeTiled encode_fn() {
   return fn;
 }
 
-// Tensor map of a K-major operand: dims (inner first) {k, rows[, experts]}, pitch in bytes per row,
-// box {128 bytes of k, box_rows[, 1]}, 128B swizzle, zero fill out of bounds.
-CUtensorMap make_map(const void* base, bool byte_elems, int k, int rows, int experts, int64_t pitch_bytes,
-                     int box_rows) {
+// 2-D tensor map of a K-major operand: dims (inner first) {k, rows}, pitch in bytes per row, box
+// {128 bytes of k, box_rows}, 128B swizzle, zero fill out of bounds.
+CUtensorMap make_map(const void* base, bool byte_elems, int k, int rows, int64_t pitch_bytes, int box_rows) {
   CUtensorMap m;
   EncodeTiled enc = encode_fn();
   QMOE_CHECK(enc != nullptr, kInternal, "CUDA: cuTensorMapEncodeTiled is not available from the driver");
   const CUtensorMapDataType dt = byte_elems ? CU_TENSOR_MAP_DATA_TYPE_UINT8 : CU_TENSOR_MAP_DATA_TYPE_UINT16;
-  const int box_k = byte_elems ? 128 : 64;
-  cuuint64_t dims[3] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(rows), static_cast<cuuint64_t>(experts)};
-  cuuint64_t strides[2] = {static_cast<cuuint64_t>(pitch_bytes),
-                           static_cast<cuuint64_t>(pitch_bytes) * static_cast<cuuint64_t>(rows)};
-  cuuint32_t box[3] = {static_cast<cuuint32_t>(box_k), static_cast<cuuint32_t>(box_rows), 1};
-  cuuint32_t estr[3] = {1, 1, 1};
-  const cuuint32_t rank = experts > 0 ? 3 : 2;
-  CUresult r = enc(&m, dt, rank, const_cast<void*>(base), dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
+  cuuint64_t dims[2] = {static_cast<cuuint64_t>(k), static_cast<cuuint64_t>(rows)};
+  cuuint64_t strides[1] = {static_cast<cuuint64_t>(pitch_bytes)};
+  cuuint32_t box[2] = {static_cast<cuuint32_t>(byte_elems ? 128 : 64), static_cast<cuuint32_t>(box_rows)};
+  cuuint32_t estr[2] = {1, 1};
+  CUresult r = enc(&m, dt, 2, const_cast<void*>(base), dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
                    CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   QMOE_CHECK(r == CUDA_SUCCESS, kInternal, "CUDA: cuTensorMapEncodeTiled failed (", static_cast<int>(r), ") for k ", k,
-             " rows ", rows, " experts ", experts, " pitch ", pitch_bytes);
+             " rows ", rows, " pitch ", pitch_bytes);
   return m;
 }
 
@@ -750,10 +734,10 @@ void launch_gemm(const Sm90Gemm& p, cudaStream_t s) {
   static std::once_flag once;
   std::call_once(once, [&] { QMOE_CUDA_OK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM)); });
   const int esz = FP8 ? 1 : 2;
-  const CUtensorMap ma = make_map(p.a, FP8, p.k, p.a_rows, 0, static_cast<int64_t>(p.a_pitch) * esz, kBM);
+  const CUtensorMap ma = make_map(p.a, FP8, p.k, p.a_rows, static_cast<int64_t>(p.a_pitch) * esz, kBM);
   const int64_t wrows = static_cast<int64_t>(p.num_experts) * sm90_plain_nt(p.np) * sm90_plain_kt(p.kp, FP8 ? 8 : 16) * 256;
   QMOE_CHECK(wrows < (int64_t(1) << 31), kUnsupported, "CUDA Hopper path: ", wrows, " weight rows exceed a tensor map");
-  const CUtensorMap mb = make_map(p.w, FP8, 128 / esz, static_cast<int>(wrows), 0, 128, C::BN);
+  const CUtensorMap mb = make_map(p.w, FP8, 128 / esz, static_cast<int>(wrows), 128, C::BN);
   const int ntn = (p.np + C::BN - 1) / C::BN;
   const int groups = (p.max_blocks + kGroupM - 1) / kGroupM;
   const dim3 grid(static_cast<unsigned>(groups * kGroupM * ntn));
@@ -767,7 +751,7 @@ void launch_wq(const Sm90Gemm& p, cudaStream_t s) {
   auto kern = sm90_moe_wq_kernel<Op, F, CH>;
   static std::once_flag once;
   std::call_once(once, [&] { QMOE_CUDA_OK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM)); });
-  const CUtensorMap mx = make_map(p.a, false, p.k, p.a_rows, 0, static_cast<int64_t>(p.a_pitch) * 2, kBM);
+  const CUtensorMap mx = make_map(p.a, false, p.k, p.a_rows, static_cast<int64_t>(p.a_pitch) * 2, kBM);
   const int ntn = (p.np + 127) / 128;
   const int groups = (p.max_blocks + kGroupM - 1) / kGroupM;
   kern<<<dim3(static_cast<unsigned>(groups * kGroupM * ntn)), 384, C::SMEM, s>>>(mx, p);

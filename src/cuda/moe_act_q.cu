@@ -40,11 +40,7 @@ __global__ void act_prep_q_kernel(const ActPrep p) {
   const int64_t tok = p.slot_mode ? r / p.top_k : r;
   const T* src = static_cast<const T*>(p.x) + tok * p.ldx;
   const float w = p.topk_w != nullptr ? p.topk_w[r] : 1.f;
-  for (int i = tid; i < p.cols; i += blockDim.x) {
-    float v = Op::to_f(src[i]);
-    if (p.topk_w != nullptr) v = Op::to_f(Op::from_f(v * w));  // Llama 4: round(x * w)
-    row[i] = v;
-  }
+  load_row<Op>(src, p.cols, p.topk_w != nullptr, w, row);
   __syncthreads();
   T* dst = static_cast<T*>(p.a) + r * p.cols;
   if (p.quant == kQuantInt8Token) {

@@ -20,9 +20,13 @@
 // of 64 columns), each scaled once by (row scale x column scale); whole-K scales (int channel,
 // fp8 mode 3, fp4 global scales) multiply the block's reduced fp32 sum once.
 #include <algorithm>
+#include <cstdlib>
+#include <type_traits>
 
+#include "cuda/cuda_moe.h"
 #include "cuda/device_common.cuh"
 #include "cuda/moe_decode.cuh"
+#include "cuda/sm90_sync.cuh"
 
 namespace qmoe::cuda {
 
@@ -120,6 +124,76 @@ __device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], uint32_t addr) {
 }
 __device__ __forceinline__ void ldsm_x2(uint32_t (&r)[2], uint32_t addr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(addr));
+}
+
+// Epilogue of both decode kernels for one n16 column `tile` of expert e: v = the block's fp32 sums
+// in the mma accumulator layout (c0..c3 = (row g, token 2t), (g, 2t + 1), (g + 8, 2t), (g + 8, 2t + 1)).
+// Whole-K scales multiply the sum once (numerics.md's product order); then GEMM1's activation on
+// the interleaved gate / up rows or GEMM2's router weight (moe_gemm.cu's epilogues).
+template <class Op, WFmt F, int MODE>
+__device__ __forceinline__ void decode_epilogue(const GemmParams& p, int e, int tile, int split, float (&v)[4],
+                                                const int32_t* rows, int g, int t, const int (&tok_arow)[2],
+                                                bool per_chunk) {
+  constexpr bool kFp4 = DecFmt<F>::SPR > 0;
+  // ---- whole-K scales: the fp32 sum is scaled once (numerics.md product order)
+  if (MODE == 3 || (MODE == 1 && !per_chunk) || kFp4) {
+    float csf[2], rsf[2];
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const int n = tile * 16 + j * 8 + g;
+      const int r = orig_row(p, n);
+      float c = kFp4 ? 1.f : 0.f;
+      if (p.col_scale != nullptr && r < p.n) c = p.col_scale[static_cast<size_t>(e) * p.kg * p.nsc + r / p.n_div];
+      csf[j] = c;
+    }
+    const float stat = (!kFp4 && p.in_scale != nullptr) ? p.in_scale[e] : 1.f;
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+      rsf[h] = p.row_scale == nullptr ? stat
+               : tok_arow[h] >= 0     ? p.row_scale[static_cast<size_t>(tok_arow[h]) * p.rs_groups]
+                                      : 0.f;
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+      if constexpr (kFp4) v[c] *= (rsf[c & 1] * csf[c >> 1]) * Fp4Bits<Op>::kUnscale;  // 2^-c exact
+      else v[c] *= rsf[c & 1] * csf[c >> 1];
+    }
+  }
+
+  // ---- epilogue (moe_gemm.cu's): GEMM1 activation on interleaved gate / up, or GEMM2 router weight
+  using T = typename Op::T;
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const int sid = rows[2 * t + h];
+    if (sid >= p.numel) continue;
+    if (p.stage == 1) {
+      const int i = tile * 8 + g;  // intermediate column: gate = v[h] (row g), up = v[2 + h] (row g + 8)
+      if (i >= p.half) continue;
+      if (p.partial != nullptr) {
+        float* dst = p.partial + static_cast<size_t>(sid) * p.np + tile * 16 + g;
+        atomicAdd(dst, v[h]);
+        atomicAdd(dst + 8, v[2 + h]);
+      } else {
+        float gv = v[h], uv = v[2 + h];
+        if (p.bias != nullptr) {
+          gv += p.bias[static_cast<size_t>(e) * p.n + i];
+          uv += p.bias[static_cast<size_t>(e) * p.n + p.half + i];
+        }
+        static_cast<T*>(p.out)[static_cast<size_t>(sid) * p.ldo + i] = Op::from_f(act_fn(p.act, gv, uv));
+      }
+    } else {
+      const float w = p.topk_w != nullptr ? p.topk_w[sid] : 1.f;
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        const int n = tile * 16 + j * 8 + g;
+        if (n >= p.n) continue;
+        float val = v[j * 2 + h];
+        if (p.bias != nullptr && split == 0) val += p.bias[static_cast<size_t>(e) * p.n + n];
+        float* dst = static_cast<float*>(p.out) + static_cast<size_t>(sid) * p.ldo + n;
+        if (p.splits > 1) atomicAdd(dst, val * w);
+        else *dst = val * w;
+      }
+    }
+  }
 }
 
 // Accumulator layout of the swapped mma (D = W[16 n][k] x A^T[k][8 tokens]), lane = 4 g + t:
@@ -429,65 +503,401 @@ __global__ void __launch_bounds__(kThreads) moe_decode_kernel(const GemmParams p
   }
 
   const int tile = nb * kNT + nt;
-  // ---- whole-K scales: the fp32 sum is scaled once (numerics.md product order)
-  if (MODE == 3 || (MODE == 1 && !per_chunk) || kFp4) {
-    float csf[2], rsf[2];
+  decode_epilogue<Op, F, MODE>(p, e, tile, split, v, rows, g, t, tok_arow, per_chunk);
+}
+
+// ---- sm_90: bulk-streaming decode kernel ---------------------------------------------------------
+// Same M-blocks, numerics and epilogue as moe_decode_kernel; what differs is how the weights arrive.
+// Persistent: one wave of blocks per K split, each walking a contiguous share of the (M-block,
+// 32-column tile) items of the used M-blocks (count read on the device), M-block-major, so every
+// SM streams the same number of bytes whatever the routing. One producer warp streams each item's
+// two n16 columns over the K range into a kStages90-deep ring of shared-memory stages with 1-D
+// bulk copies (cp.async.bulk, completing on mbarriers) and runs on into the next item while the
+// consumers finish the current one: HBM sees one uninterrupted stream per block at one
+// instruction per column per stage. The 8 consumer warps each own one column (warp & 1) and one K
+// group (warp >> 1): per stage a slab of `slab_atoms` consecutive atoms (whole scale chunks) of that
+// column, one 16-byte shared load per lane per atom; scale chunks never straddle two warps. An
+// M-block's rows and row scales are staged when a block reaches it, each item's column scales /
+// zero points (cp.async, double-buffered) while the item before it runs.
+// Measured on the H200 (ncu, mixtral-8x7b int4 M = 1, GEMM1): the register-ring kernel reached 30%
+// of DRAM bandwidth at ~180 instructions per 512-byte atom; a first version of this kernel with one
+// tile per block 26% (each block's start cost several DRAM latencies and the ring stood empty
+// between blocks), one walking tiles of a single M-block left SMs idle when few M-blocks are used.
+constexpr int kStages90 = 4;
+constexpr int kThreads90 = 32 * (kDecodeWarps + 1);
+
+// Shared-memory layout of one block (host and device agree through this function).
+struct Dec90Smem {
+  int a = 0, cs = 0, z = 0, rs = 0, red = 0, bar = 0, total = 0;
+};
+__host__ __device__ inline Dec90Smem dec90_smem(int stage_bytes, int max_rows, int krange, int nch, int nzch) {
+  Dec90Smem L;
+  L.a = kStages90 * stage_bytes;
+  L.cs = L.a + (max_rows * (krange * 2 + 16) + 15) / 16 * 16;
+  L.z = L.cs + 2 * nch * 32 * 4;                      // two tiles' column scales
+  L.rs = L.z + 2 * nzch * 32 * 4;                     // two tiles' zero points
+  L.red = L.rs + nch * kDecodeRows * 4;               // row scales of the block's tokens
+  L.bar = L.red + kDecodeWarps * kNT * 4 * 32 * 4;    // cross-warp reduction
+  L.total = L.bar + 2 * kStages90 * 8;
+  return L;
+}
+
+__device__ __forceinline__ void cp_async4(void* smem, const void* gmem) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(smem_u32(smem)), "l"(gmem));
+}
+
+template <class Op, WFmt F, int MODE>
+__global__ void __launch_bounds__(kThreads90, 2)
+    moe_decode90_kernel(const GemmParams p, const int slab_atoms, const int max_rows) {
+#if QMOE_SM90A
+  constexpr int KA = DecFmt<F>::KA, U = DecFmt<F>::U, SPR = DecFmt<F>::SPR;
+  constexpr int SS = KA / 16;
+  constexpr int APK = 64 / KA;
+  constexpr bool kFp4 = SPR > 0;
+  constexpr bool kInt = F == WFmt::kU4 || F == WFmt::kU8;
+  extern __shared__ __align__(128) uint8_t smem[];
+
+  // ---- this block's items: (M-block, 32-column tile) pairs of the used M-blocks, M-block-major,
+  //      a contiguous share of them per block (one wave of blocks per K split)
+  const int split = blockIdx.z;
+  const int ntiles = p.np / kDecodeTileN;
+  const int nmb = min(p.max_blocks, (*p.num_post + kDecodeRows - 1) / kDecodeRows);
+  const int total = nmb * ntiles;
+  const int per = (total + gridDim.x - 1) / gridDim.x;
+  const int item0 = blockIdx.x * per, item1 = min(total, item0 + per);
+  if (item0 >= item1) return;
+  const int ktiles = p.kp / 64;
+  const int kt0 = split * p.ktiles_per_split;
+  const int kt1 = min(ktiles, kt0 + p.ktiles_per_split);
+  if (kt0 >= kt1) return;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int kbase = kt0 * 64;
+  const int natoms = (kt1 - kt0) * APK;         // atoms per column in the block's K range
+  const int per_stage = kDecodeWarps * slab_atoms;  // atoms per column per stage (one slab per warp)
+  const int nst = (natoms + per_stage - 1) / per_stage;
+  const int stage_bytes = kNT * per_stage * U;
+  const bool per_chunk = MODE == 1 && p.chunk < p.kp;
+  const bool hz = kInt && p.zero != nullptr;
+  const int krange_alloc = p.ktiles_per_split * 64;
+  const int nch = per_chunk ? (krange_alloc + p.chunk - 1) / p.chunk : 0;
+  const int nzch = hz ? (per_chunk ? nch : 1) : 0;
+  const Dec90Smem L = dec90_smem(stage_bytes, max_rows, krange_alloc, nch, nzch);
+  uint8_t* sW = smem;
+  uint8_t* sA = smem + L.a;
+  float* sCS = reinterpret_cast<float*>(smem + L.cs);
+  float* sZ = reinterpret_cast<float*>(smem + L.z);
+  float* sRS = reinterpret_cast<float*>(smem + L.rs);
+  float* red = reinterpret_cast<float*>(smem + L.red);  // [warp][c][lane]
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem + L.bar);
+  uint64_t* empty = full + kStages90;
+  const int katoms = p.kp / KA;
+
+  if (tid == 0) {
 #pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      const int n = tile * 16 + j * 8 + g;
-      const int r = orig_row(p, n);
-      float c = kFp4 ? 1.f : 0.f;
-      if (p.col_scale != nullptr && r < p.n) c = p.col_scale[static_cast<size_t>(e) * p.kg * p.nsc + r / p.n_div];
-      csf[j] = c;
+    for (int s = 0; s < kStages90; ++s) {
+      mbar_init(&full[s], 1);
+      mbar_init(&empty[s], kDecodeWarps);
     }
-    const float stat = (!kFp4 && p.in_scale != nullptr) ? p.in_scale[e] : 1.f;
+    mbar_init_fence();
+  }
+  __syncthreads();
+
+  if (warp == kDecodeWarps) {  // ---- producer: one bulk copy per column per stage, item after item
+    // (the 32 lanes issuing 16-byte cp.async instead measured the same on the H200)
+    if (lane == 0) {
+      int gs = 0;  // stage count over the block's items
+      for (int it = item0; it < item1; ++it) {
+        const int mb = it / ntiles, nb = it - mb * ntiles;
+        const int e = p.expert_ids[mb];
+        if (e < 0) continue;  // expert on another rank: its slots stay zero (pre-cleared)
+        for (int st = 0; st < nst; ++st, ++gs) {
+          const int slot = gs % kStages90;
+          mbar_wait(&empty[slot], ((gs / kStages90) & 1) ^ 1);
+          const int a0 = st * per_stage;
+          const int n = min(per_stage, natoms - a0);
+          mbar_expect_tx(&full[slot], kNT * n * U);
 #pragma unroll
-    for (int h = 0; h < 2; ++h)
-      rsf[h] = p.row_scale == nullptr ? stat
-               : tok_arow[h] >= 0     ? p.row_scale[static_cast<size_t>(tok_arow[h]) * p.rs_groups]
-                                      : 0.f;
-#pragma unroll
-    for (int c = 0; c < 4; ++c) {
-      if constexpr (kFp4) v[c] *= (rsf[c & 1] * csf[c >> 1]) * Fp4Bits<Op>::kUnscale;  // 2^-c exact
-      else v[c] *= rsf[c & 1] * csf[c >> 1];
+          for (int nt = 0; nt < kNT; ++nt) {
+            const uint8_t* src =
+                p.w + ((static_cast<size_t>(e) * (p.np / 16) + nb * kNT + nt) * katoms + kt0 * APK + a0) * U;
+            bulk_load(sW + slot * stage_bytes + nt * per_stage * U, src, n * U, &full[slot]);
+          }
+        }
+      }
     }
+    return;
   }
 
-  // ---- epilogue (moe_gemm.cu's): GEMM1 activation on interleaved gate / up, or GEMM2 router weight
-  using T = typename Op::T;
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int sid = rows[2 * t + h];
-    if (sid >= p.numel) continue;
-    if (p.stage == 1) {
-      const int i = tile * 8 + g;  // intermediate column: gate = v[h] (row g), up = v[2 + h] (row g + 8)
-      if (i >= p.half) continue;
-      if (p.partial != nullptr) {
-        float* dst = p.partial + static_cast<size_t>(sid) * p.np + tile * 16 + g;
-        atomicAdd(dst, v[h]);
-        atomicAdd(dst + 8, v[2 + h]);
-      } else {
-        float gv = v[h], uv = v[2 + h];
-        if (p.bias != nullptr) {
-          gv += p.bias[static_cast<size_t>(e) * p.n + i];
-          uv += p.bias[static_cast<size_t>(e) * p.n + p.half + i];
+  // ---- consumers
+  constexpr int kCT = kDecodeWarps * 32;  // consumer threads
+  const int krange = (kt1 - kt0) * 64;
+  const int xstride = krange_alloc * 2 + 16;
+  const int nchb = per_chunk ? (krange + p.chunk - 1) / p.chunk : 0;  // chunks of this block's range
+  const float zsym = F == WFmt::kU4 ? 8.f : 128.f;
+  // rows of M-block mb over the K range (zero past k) and their row scales per chunk
+  auto stage_rows = [&](int mb, int e, int nvalid) {
+    const int32_t* rows = p.sorted_ids + mb * kDecodeRows;
+    const char* abase = static_cast<const char*>(p.a);
+    const int cpr = krange / 8;
+    for (int idx = tid; idx < nvalid * cpr; idx += kCT) {
+      const int r = idx / cpr, c = idx - r * cpr;
+      const int kcol = kbase + c * 8;
+      const bool ok = kcol < p.k;
+      const char* src = ok ? abase + (static_cast<size_t>(rows[r] / p.a_row_div) * p.lda + kcol) * 2 : abase;
+      cp_async16(sA + r * xstride + c * 16, src, ok ? 16 : 0);
+    }
+    if (per_chunk) {
+      const float stat = p.in_scale != nullptr ? p.in_scale[e] : 1.f;
+      for (int idx = tid; idx < nchb * kDecodeRows; idx += kCT) {
+        const int c = idx / kDecodeRows, t = idx - c * kDecodeRows;
+        const int k0 = kbase + c * p.chunk;
+        const int sid = rows[t];
+        float* dst = sRS + idx;
+        // a chunk in the K padding holds zero products and has no scale: 0
+        if (k0 >= p.k || sid >= p.numel) *dst = 0.f;
+        else if (p.row_scale == nullptr) *dst = stat;
+        else {
+          const int rg = p.rs_kchunk > 0 ? min(k0 / p.rs_kchunk, p.rs_groups - 1) : 0;
+          cp_async4(dst, p.row_scale + static_cast<size_t>(sid / p.a_row_div) * p.rs_groups + rg);
         }
-        static_cast<T*>(p.out)[static_cast<size_t>(sid) * p.ldo + i] = Op::from_f(act_fn(p.act, gv, uv));
-      }
-    } else {
-      const float w = p.topk_w != nullptr ? p.topk_w[sid] : 1.f;
-#pragma unroll
-      for (int j = 0; j < 2; ++j) {
-        const int n = tile * 16 + j * 8 + g;
-        if (n >= p.n) continue;
-        float val = v[j * 2 + h];
-        if (p.bias != nullptr && split == 0) val += p.bias[static_cast<size_t>(e) * p.n + n];
-        float* dst = static_cast<float*>(p.out) + static_cast<size_t>(sid) * p.ldo + n;
-        if (p.splits > 1) atomicAdd(dst, val * w);
-        else *dst = val * w;
       }
     }
+  };
+  // column scales (per chunk) and zero points of tile nb of expert e into buffer `buf`
+  auto stage_tile = [&](int e, int nb, int buf) {
+    for (int idx = tid; idx < nchb * 32; idx += kCT) {
+      const int c = idx >> 5, r = idx & 31;
+      const int k0 = kbase + c * p.chunk;
+      const int orow = orig_row(p, (nb * kNT + (r >> 4)) * 16 + (r & 15));
+      float* dst = sCS + (buf * nch + c) * 32 + r;
+      if (k0 >= p.k || orow >= p.n) {
+        *dst = 0.f;
+      } else {
+        const int gi = p.kchunk > 0 ? min(k0 / p.kchunk, p.kg - 1) : 0;
+        cp_async4(dst, p.col_scale + (static_cast<size_t>(e) * p.kg + gi) * p.nsc +
+                           (p.n_div == 1 ? orow : orow / p.n_div));
+      }
+    }
+    if (hz) {
+      const int nz = per_chunk ? nchb : 1;
+      for (int idx = tid; idx < nz * 32; idx += kCT) {
+        const int c = idx >> 5, r = idx & 31;
+        const int k0 = kbase + c * p.chunk;
+        const int orow = orig_row(p, (nb * kNT + (r >> 4)) * 16 + (r & 15));
+        float* dst = sZ + (buf * nzch + c) * 32 + r;
+        if (orow >= p.n) {
+          *dst = zsym;
+        } else {
+          const int gi = per_chunk && p.kchunk > 0 ? min(k0 / p.kchunk, p.kg - 1) : 0;
+          cp_async4(dst, p.zero + (static_cast<size_t>(e) * p.kg + gi) * p.n + orow);
+        }
+      }
+    }
+  };
+  // the next item of this block with a local expert, from `it` on (item1 when none)
+  auto next_live = [&](int it) {
+    for (; it < item1; ++it)
+      if (p.expert_ids[it / ntiles] >= 0) break;
+    return it;
+  };
+
+  const int g = lane >> 2, t = lane & 3;
+  const int kj = warp;  // this warp's K group; it covers both n16 columns of an item
+  const int fs = per_chunk ? p.chunk / 16 : 1 << 30;  // k16 steps per scale chunk
+  int cur_mb = -1, nvalid = 0;
+  const int32_t* rows = p.sorted_ids;
+  int tok_arow[2] = {-1, -1};
+  uint32_t xlane = 0;
+  int gs = 0;  // stage count over the block's items (as the producer's)
+  int it = next_live(item0);
+  if (it < item1) {
+    stage_tile(p.expert_ids[it / ntiles], it % ntiles, 0);
+    cp_async_commit();
   }
+  for (int ti = 0; it < item1; ++ti) {
+    const int mb = it / ntiles, nb = it - mb * ntiles;
+    const int e = p.expert_ids[mb];
+    const int buf = ti & 1;
+    const int nxt = next_live(it + 1);
+    if (mb != cur_mb) {  // a new M-block: its rows and row scales (the previous ones are no longer read)
+      cur_mb = mb;
+      rows = p.sorted_ids + mb * kDecodeRows;
+      const int my_sid = rows[lane & 7];
+      nvalid = __popc(__ballot_sync(0xffffffffu, lane < 8 && my_sid < p.numel));
+      stage_rows(mb, e, nvalid);
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int sid = rows[2 * t + h];
+        tok_arow[h] = sid < p.numel ? sid / p.a_row_div : -1;
+      }
+      xlane = smem_u32(sA) + ((lane & 7) < nvalid ? (lane & 7) : 0) * xstride + (lane >> 3) * 16;
+      cp_async_commit();
+    }
+    if (nxt < item1) stage_tile(p.expert_ids[nxt / ntiles], nxt % ntiles, buf ^ 1);
+    cp_async_commit();
+    cp_async_wait<1>();  // everything but the next item's scales: this item's scales, the rows
+    asm volatile("bar.sync 1, %0;\n" ::"r"(kCT) : "memory");
+    const float* cs = sCS + buf * nch * 32;
+    const float* zs = sZ + buf * nzch * 32;
+    float zf[kNT][2];
+    uint32_t zmagic[kNT][2];
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt) zf[nt][0] = zf[nt][1] = zsym;
+    auto set_zero = [&](int ci) {
+      if constexpr (kInt) {
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+          for (int j = 0; j < 2; ++j) {
+            if (hz) zf[nt][j] = zs[ci * 32 + nt * 16 + j * 8 + g];
+            zmagic[nt][j] = Op::pack(Op::kInt4Base + zf[nt][j], Op::kInt4Base + zf[nt][j]);
+          }
+      }
+    };
+    set_zero(0);  // channel zero points (chunk 0), or the symmetric offset
+    // two accumulators per column (even / odd k16 steps): four independent mma chains per warp
+    // (ncu with one chain per column: "wait" on the previous mma the top stall); a chunk's sum is
+    // acc[.][0] + acc[.][1], still the fp32 sum of the chunk's exact products, scaled once
+    float acc[kNT][2][4], out[kNT][4];
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+      for (int c = 0; c < 4; ++c) acc[nt][0][c] = acc[nt][1][c] = out[nt][c] = 0.f;
+    int ci = 0, cnt = 0;  // chunk (block-relative) and its k16 steps so far
+    auto flush = [&]() {
+      const float r0 = sRS[ci * kDecodeRows + 2 * t], r1 = sRS[ci * kDecodeRows + 2 * t + 1];
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt) {
+        const float c0 = cs[ci * 32 + nt * 16 + g], c1 = cs[ci * 32 + nt * 16 + 8 + g];
+        out[nt][0] += (acc[nt][0][0] + acc[nt][1][0]) * (r0 * c0);
+        out[nt][1] += (acc[nt][0][1] + acc[nt][1][1]) * (r1 * c0);
+        out[nt][2] += (acc[nt][0][2] + acc[nt][1][2]) * (r0 * c1);
+        out[nt][3] += (acc[nt][0][3] + acc[nt][1][3]) * (r1 * c1);
+#pragma unroll
+        for (int c = 0; c < 4; ++c) acc[nt][0][c] = acc[nt][1][c] = 0.f;
+      }
+      cnt = 0;
+      ++ci;
+    };
+
+    for (int st = 0; st < nst; ++st, ++gs) {
+      const int slot = gs % kStages90;
+      const int a0 = st * per_stage + kj * slab_atoms;  // first atom of this warp's slab (block-relative)
+      const int na = min(slab_atoms, natoms - a0);
+      mbar_wait(&full[slot], (gs / kStages90) & 1);
+      if (na > 0) {
+        const uint8_t* wst = sW + slot * stage_bytes + kj * slab_atoms * U;  // column nt: + nt * per_stage * U
+        if (per_chunk) {
+          ci = (a0 * KA) / p.chunk;  // slabs start on chunk boundaries
+          if (hz) set_zero(ci);
+        }
+#pragma unroll 2
+        for (int i = 0; i < na; ++i) {
+          uint32_t wv[kNT][4];
+          uint32_t sp[kNT][2][2];  // fp4 block scales of rows g / g + 8, folded
+#pragma unroll
+          for (int nt = 0; nt < kNT; ++nt) {
+            const uint8_t* unit = wst + (nt * per_stage + i) * U;
+            const uint4 v = *reinterpret_cast<const uint4*>(unit + lane * 16);
+            wv[nt][0] = v.x; wv[nt][1] = v.y; wv[nt][2] = v.z; wv[nt][3] = v.w;
+            if constexpr (kFp4) {
+#pragma unroll
+              for (int j = 0; j < 2; ++j) {
+                const uint8_t* spp = unit + 512 + (j * 8 + g) * SPR;
+                const uint32_t sw = SPR == 4 ? *reinterpret_cast<const uint32_t*>(spp)
+                                             : static_cast<uint32_t>(*reinterpret_cast<const uint16_t*>(spp));
+                if constexpr (F == WFmt::kNV4) {
+                  sp[nt][j][0] = Op::mul2(dq_fp8_pair<Op>(sw, 0), Fp4Bits<Op>::kFold);
+                  sp[nt][j][1] = Op::mul2(dq_fp8_pair<Op>(sw, 2), Fp4Bits<Op>::kFold);
+                } else {
+                  sp[nt][j][0] = mx_scale_pair<Op>(sw & 0xFFu);
+                  sp[nt][j][1] = mx_scale_pair<Op>(sw >> 8);
+                }
+              }
+            }
+          }
+          uint32_t xb[SS][2];
+          const uint32_t xa = xlane + ((a0 + i) * KA) * 2;
+          if constexpr (SS == 1) {
+            ldsm_x2(xb[0], xa);
+          } else {
+#pragma unroll
+            for (int q = 0; q < SS / 2; ++q) {
+              uint32_t r4[4];
+              ldsm_x4(r4, xa + q * 64);
+              xb[2 * q][0] = r4[0];
+              xb[2 * q][1] = r4[1];
+              xb[2 * q + 1][0] = r4[2];
+              xb[2 * q + 1][1] = r4[3];
+            }
+          }
+#pragma unroll
+          for (int ss = 0; ss < SS; ++ss) {
+#pragma unroll
+            for (int nt = 0; nt < kNT; ++nt) {
+              uint32_t af[4];
+              if constexpr (F == WFmt::kU4) {
+                af[0] = dq_u4_pair<Op>(wv[nt][ss], 0, zmagic[nt][0]);
+                af[1] = dq_u4_pair<Op>(wv[nt][ss], 2, zmagic[nt][1]);
+                af[2] = dq_u4_pair<Op>(wv[nt][ss], 1, zmagic[nt][0]);
+                af[3] = dq_u4_pair<Op>(wv[nt][ss], 3, zmagic[nt][1]);
+              } else if constexpr (F == WFmt::kU8) {
+                af[0] = dq_u8_pair<Op>(wv[nt][ss * 2], 0, zf[nt][0]);
+                af[1] = dq_u8_pair<Op>(wv[nt][ss * 2 + 1], 0, zf[nt][1]);
+                af[2] = dq_u8_pair<Op>(wv[nt][ss * 2], 2, zf[nt][0]);
+                af[3] = dq_u8_pair<Op>(wv[nt][ss * 2 + 1], 2, zf[nt][1]);
+              } else if constexpr (F == WFmt::kFP8) {
+                af[0] = dq_fp8_pair<Op>(wv[nt][ss * 2], 0);
+                af[1] = dq_fp8_pair<Op>(wv[nt][ss * 2 + 1], 0);
+                af[2] = dq_fp8_pair<Op>(wv[nt][ss * 2], 2);
+                af[3] = dq_fp8_pair<Op>(wv[nt][ss * 2 + 1], 2);
+              } else {
+                uint32_t s2[2];
+#pragma unroll
+                for (int j = 0; j < 2; ++j)
+                  s2[j] = F == WFmt::kNV4 ? __byte_perm(sp[nt][j][ss >> 1], 0u, (ss & 1) ? 0x3232 : 0x1010)
+                                          : sp[nt][j][ss >> 1];
+                af[0] = Op::mul2(e2m1_raw_pair<Op, 0>(wv[nt][ss]), s2[0]);
+                af[1] = Op::mul2(e2m1_raw_pair<Op, 2>(wv[nt][ss]), s2[1]);
+                af[2] = Op::mul2(e2m1_raw_pair<Op, 1>(wv[nt][ss]), s2[0]);
+                af[3] = Op::mul2(e2m1_raw_pair<Op, 3>(wv[nt][ss]), s2[1]);
+              }
+              mma16816<Op>(acc[nt][(i * SS + ss) & 1], af, xb[ss][0], xb[ss][1]);
+            }
+            if (per_chunk && ++cnt == fs) {
+              flush();
+              if (hz) set_zero(ci);
+            }
+          }
+        }
+        if (per_chunk && cnt > 0) flush();  // the K range ended inside a chunk
+      }
+      __syncwarp();
+      if (lane == 0) mbar_arrive(&empty[slot]);
+    }
+
+    // ---- reduce the K groups of each column (in K order), then the epilogue
+#pragma unroll
+    for (int nt = 0; nt < kNT; ++nt)
+#pragma unroll
+      for (int c = 0; c < 4; ++c)
+        red[((warp * kNT + nt) * 4 + c) * 32 + lane] = per_chunk ? out[nt][c] : acc[nt][0][c] + acc[nt][1][c];
+    asm volatile("bar.sync 1, %0;\n" ::"r"(kCT) : "memory");
+    if (warp < kNT) {
+      float v[4];
+#pragma unroll
+      for (int c = 0; c < 4; ++c) {
+        float sum = 0.f;
+#pragma unroll
+        for (int j = 0; j < kDecodeWarps; ++j) sum += red[((j * kNT + warp) * 4 + c) * 32 + lane];
+        v[c] = sum;
+      }
+      decode_epilogue<Op, F, MODE>(p, e, nb * kNT + warp, split, v, rows, g, t, tok_arow, per_chunk);
+    }
+    asm volatile("bar.sync 1, %0;\n" ::"r"(kCT) : "memory");  // `red`, the rows and scales are free again
+    it = nxt;
+  }
+#endif
 }
 
 template <class Op, WFmt F, int MODE>
@@ -508,26 +918,121 @@ void launch_one(int slab_kt, const GemmParams& p, cudaStream_t s) {
   QMOE_CUDA_LAUNCH_OK();
 }
 
-template <class Op>
-void launch_fmt(WFmt fmt, int mode, int slab_kt, const GemmParams& p, cudaStream_t s) {
+// Atoms per warp slab and the shared memory of one block of the sm_90 kernel for this GEMM.
+struct Dec90Plan {
+  int slab_atoms = 0;
+  Dec90Smem L;
+};
+Dec90Plan dec90_plan(WFmt fmt, int mode, int chunk, int kp, int ktiles_per_split, int slab_kt, int max_rows,
+                     bool zero) {
+  const int KA = fmt == WFmt::kU4 || fmt == WFmt::kNV4 || fmt == WFmt::kMX4 ? 64 : fmt == WFmt::k16 ? 16 : 32;
+  const int U = fmt == WFmt::kNV4 ? 512 + 64 : fmt == WFmt::kMX4 ? 512 + 32 : 512;
+  // a warp's slab: whole scale chunks, at least 2 atoms; 2 without chunks (a stage: 2 columns x 8
+  // slabs, 16 KiB for 512-byte atoms)
+  const bool per_chunk = mode == 1 && chunk < kp;
+  Dec90Plan d;
+  d.slab_atoms = per_chunk ? slab_kt * (64 / KA) : 2;
+  while (d.slab_atoms < 2) d.slab_atoms *= 2;
+  const int krange = ktiles_per_split * 64;
+  const int nch = per_chunk ? (krange + chunk - 1) / chunk : 0;
+  const bool hz = (fmt == WFmt::kU4 || fmt == WFmt::kU8) && zero;
+  d.L = dec90_smem(kNT * kDecodeWarps * d.slab_atoms * U, max_rows, krange, nch, hz ? (per_chunk ? nch : 1) : 0);
+  return d;
+}
+
+template <class Op, WFmt F, int MODE>
+void launch_one90(int slab_kt, int max_rows, const GemmParams& p, cudaStream_t s) {
+  static_assert(DecFmt<F>::U == (F == WFmt::kNV4 ? 576 : F == WFmt::kMX4 ? 544 : 512), "dec90_plan's unit sizes");
+  QMOE_CHECK(p.np % kDecodeTileN == 0 && p.ktiles_per_split % slab_kt == 0 && max_rows >= 1 &&
+                 max_rows <= kDecodeRows, kInternal, "moe_decode90: np ", p.np, " / ktiles_per_split ",
+             p.ktiles_per_split, " / rows ", max_rows, " do not fit the tiling");
+  const Dec90Plan d = dec90_plan(F, MODE, p.chunk, p.kp, p.ktiles_per_split, slab_kt, max_rows, p.zero != nullptr);
+  const Dec90Smem& L = d.L;
+  const int slab_atoms = d.slab_atoms;
+  const int krange = p.ktiles_per_split * 64;
+  QMOE_CHECK(L.total <= 227 * 1024, kInternal, "moe_decode90: K range ", krange, " per block is too long");
+  auto kern = moe_decode90_kernel<Op, F, MODE>;
+  static int smem_set = 48 * 1024;  // per instantiation; benign if two threads race (both set enough)
+  if (L.total > smem_set) {
+    QMOE_CUDA_OK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, L.total));
+    smem_set = L.total;
+  }
+  // one wave of blocks per K split; each walks an equal share of the (M-block, tile) items
+  int per_sm = 1;
+  QMOE_CUDA_OK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, kThreads90, L.total));
+  const int64_t items = static_cast<int64_t>(p.max_blocks) * (p.np / kDecodeTileN);
+  int64_t blocks = std::max<int64_t>(1, static_cast<int64_t>(std::max(per_sm, 1)) * device_sm_count() / p.splits);
+  // tests force several items per block on small layers (read per launch so a test can set it)
+  if (const char* v = std::getenv("QMOE_CUDA_DECODE90_TILES")) blocks = (items + std::max(1, std::atoi(v)) - 1) / std::max(1, std::atoi(v));
+  blocks = std::min(blocks, items);
+  dim3 grid(static_cast<unsigned>(blocks), 1, p.splits);
+  kern<<<grid, kThreads90, L.total, s>>>(p, slab_atoms, max_rows);
+  QMOE_CUDA_LAUNCH_OK();
+}
+
+template <class Op, bool SM90>
+void launch_fmt(WFmt fmt, int mode, int slab_kt, int max_rows, const GemmParams& p, cudaStream_t s) {
+  auto one = [&](auto f, auto m) {
+    constexpr WFmt F = decltype(f)::value;
+    constexpr int M = decltype(m)::value;
+    if constexpr (SM90) launch_one90<Op, F, M>(slab_kt, max_rows, p, s);
+    else launch_one<Op, F, M>(slab_kt, p, s);
+  };
+  using std::integral_constant;
   switch (fmt) {
     case WFmt::k16: break;
-    case WFmt::kU4: return launch_one<Op, WFmt::kU4, 1>(slab_kt, p, s);
-    case WFmt::kU8: return launch_one<Op, WFmt::kU8, 1>(slab_kt, p, s);
+    case WFmt::kU4: return one(integral_constant<WFmt, WFmt::kU4>{}, integral_constant<int, 1>{});
+    case WFmt::kU8: return one(integral_constant<WFmt, WFmt::kU8>{}, integral_constant<int, 1>{});
     case WFmt::kFP8:
-      return mode == 3 ? launch_one<Op, WFmt::kFP8, 3>(slab_kt, p, s) : launch_one<Op, WFmt::kFP8, 1>(slab_kt, p, s);
-    case WFmt::kNV4: return launch_one<Op, WFmt::kNV4, 0>(slab_kt, p, s);
-    case WFmt::kMX4: return launch_one<Op, WFmt::kMX4, 0>(slab_kt, p, s);
+      if (mode == 3) return one(integral_constant<WFmt, WFmt::kFP8>{}, integral_constant<int, 3>{});
+      return one(integral_constant<WFmt, WFmt::kFP8>{}, integral_constant<int, 1>{});
+    case WFmt::kNV4: return one(integral_constant<WFmt, WFmt::kNV4>{}, integral_constant<int, 0>{});
+    case WFmt::kMX4: return one(integral_constant<WFmt, WFmt::kMX4>{}, integral_constant<int, 0>{});
   }
 }
 
 }  // namespace
 
-void launch_moe_decode(bool f16, WFmt fmt, int mode, int slab_ktiles, const GemmParams& p, cudaStream_t s) {
+bool decode90_available() {
+  static const bool ok = [] {
+    const char* v = std::getenv("QMOE_CUDA_DECODE90");
+    if (v != nullptr && v[0] == '0') return false;
+    int dev = 0, major = 0, minor = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) return false;
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+    if (major != 9 || minor != 0) return false;
+    cudaFuncAttributes fa{};
+    if (cudaFuncGetAttributes(&fa, moe_decode90_kernel<BF16, WFmt::kU4, 1>) != cudaSuccess) {
+      cudaGetLastError();
+      return false;
+    }
+    return fa.binaryVersion >= 90;  // the sm_90a code is in this binary
+  }();
+  return ok;
+}
+
+bool decode90_use(WFmt fmt, int mode, int chunk, int kp, int ktiles_per_split, int slab_ktiles, int max_rows,
+                  bool zero) {
+  if (!decode90_available() || !decode_supports(fmt, mode)) return false;
+  // Measured on the H200 (docs/perf.md): the bulk kernel wins where two blocks share an SM and
+  // loses (gpt-oss-120b M = 16: 8 staged rows of K = 2880) at one block per SM.
+  const Dec90Plan d = dec90_plan(fmt, mode, chunk, kp, ktiles_per_split, slab_ktiles, max_rows, zero);
+  return 2 * (d.L.total + 1024) <= 228 * 1024;
+}
+
+void launch_moe_decode(bool f16, WFmt fmt, int mode, int slab_ktiles, int max_rows, bool sm90, const GemmParams& p,
+                       cudaStream_t s) {
   QMOE_CHECK(decode_supports(fmt, mode), kInternal, "moe_decode: no kernel for format ", static_cast<int>(fmt),
              " mode ", mode);
-  if (f16) launch_fmt<F16>(fmt, mode, slab_ktiles, p, s);
-  else launch_fmt<BF16>(fmt, mode, slab_ktiles, p, s);
+  QMOE_CHECK(!sm90 || decode90_available(), kInternal, "moe_decode: the sm_90 kernel is not available");
+  if (f16) {
+    if (sm90) launch_fmt<F16, true>(fmt, mode, slab_ktiles, max_rows, p, s);
+    else launch_fmt<F16, false>(fmt, mode, slab_ktiles, max_rows, p, s);
+  } else {
+    if (sm90) launch_fmt<BF16, true>(fmt, mode, slab_ktiles, max_rows, p, s);
+    else launch_fmt<BF16, false>(fmt, mode, slab_ktiles, max_rows, p, s);
+  }
 }
 
 }  // namespace qmoe::cuda

@@ -15,7 +15,18 @@ namespace qmoe::cuda {
 bool decode_supports(WFmt fmt, int mode);
 
 // p.splits / p.ktiles_per_split from select_decode (ktiles_per_split a multiple of slab_ktiles);
-// p.max_blocks counts M-blocks of kDecodeRows rows.
-void launch_moe_decode(bool f16, WFmt fmt, int mode, int slab_ktiles, const GemmParams& p, cudaStream_t s);
+// p.max_blocks counts M-blocks of kDecodeRows rows; max_rows bounds the valid rows of any M-block
+// (<= kDecodeRows; numel is always a bound). sm90: the bulk-streaming kernel (decode90_use), else the
+// register-ring one; both compute the same function.
+void launch_moe_decode(bool f16, WFmt fmt, int mode, int slab_ktiles, int max_rows, bool sm90, const GemmParams& p,
+                       cudaStream_t s);
+// Whether the sm_90 bulk-streaming kernel runs this GEMM (sm90 = true above): available, and two
+// of its blocks fit on an SM (its shared memory: the ring, max_rows staged rows over the K range
+// per split, the chunks' scales).
+bool decode90_use(WFmt fmt, int mode, int chunk, int kp, int ktiles_per_split, int slab_ktiles, int max_rows,
+                  bool zero);
+// True on an sm_90 device when this binary holds the sm_90a decode kernel; QMOE_CUDA_DECODE90=0
+// turns it off (A/B measurements, and the tests run both kernels).
+bool decode90_available();
 
 }  // namespace qmoe::cuda

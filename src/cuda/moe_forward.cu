@@ -139,6 +139,8 @@ struct ExpertsPlan {
   GemmConfig c1, c2;
   bool dec = false;          // decode kernel (moe_decode.cu): M-blocks of kDecodeRows, splits from d1 / d2
   DecodeConfig d1, d2;
+  bool dec90_1 = false, dec90_2 = false;  // the sm_90 bulk-streaming decode kernel for GEMM1 / GEMM2
+  int dec_rows = kDecodeRows;             // bound on the valid rows of one decode M-block
   int bm = 16, cap = 0;
   bool prep_a = false, slot_rows = false;
   int32_t *sorted = nullptr, *eids = nullptr, *npost = nullptr;
@@ -206,6 +208,13 @@ struct ExpertsPlan {
         bm = kDecodeRows;
         c1.splits = d1.splits;
         c2.splits = d2.splits;
+        // each valid row of an M-block is a distinct slot
+        dec_rows = static_cast<int>(std::min<int64_t>(kDecodeRows, numel));
+        const int mo1 = mode_of(ex.w13, ex.act_quant), mo2 = mode_of(ex.w2, ex.act_quant);
+        dec90_1 = decode90_use(ex.fmt, mo1, chunk_of(ex.w13, ex.act_quant), ex.w13.kp, d1.ktiles_per_split,
+                               d1.slab_ktiles, dec_rows, ex.w13.zero.ptr != nullptr);
+        dec90_2 = decode90_use(ex.fmt, mo2, chunk_of(ex.w2, ex.act_quant), ex.w2.kp, d2.ktiles_per_split,
+                               d2.slab_ktiles, dec_rows, ex.w2.zero.ptr != nullptr);
       }
     }
     cap = align_capacity(static_cast<int>(numel), ex.num_experts, bm);
@@ -436,7 +445,7 @@ void run_experts(const DevExperts& ex, const ExpertsPlan& pl, const void* x, con
   }
   if (pl.dec) {
     g1.ktiles_per_split = pl.d1.ktiles_per_split;
-    launch_moe_decode(f16, ex.fmt, mode_of(ex.w13, ex.act_quant), pl.d1.slab_ktiles, g1, s);
+    launch_moe_decode(f16, ex.fmt, mode_of(ex.w13, ex.act_quant), pl.d1.slab_ktiles, pl.dec_rows, pl.dec90_1, g1, s);
   } else {
     launch_moe_gemm(f16, ex.fmt, mode_of(ex.w13, ex.act_quant), pl.c1.tile, g1, s);
   }
@@ -484,7 +493,7 @@ void run_experts(const DevExperts& ex, const ExpertsPlan& pl, const void* x, con
     QMOE_CUDA_OK(cudaMemsetAsync(pl.o, 0, static_cast<size_t>(pl.numel) * H * 4, s));
   if (pl.dec) {
     g2.ktiles_per_split = pl.d2.ktiles_per_split;
-    launch_moe_decode(f16, ex.fmt, mode_of(ex.w2, ex.act_quant), pl.d2.slab_ktiles, g2, s);
+    launch_moe_decode(f16, ex.fmt, mode_of(ex.w2, ex.act_quant), pl.d2.slab_ktiles, pl.dec_rows, pl.dec90_2, g2, s);
   } else {
     launch_moe_gemm(f16, ex.fmt, mode_of(ex.w2, ex.act_quant), pl.c2.tile, g2, s);
   }
@@ -521,7 +530,8 @@ std::string forward_kernels(const DevExperts& ex, int64_t m, int top_k) {
   p.make(ex, nullptr, m, top_k, false, nullptr);
   if (p.routed.wg) return str(ex.method, " gemm1=sm90-wgmma gemm2=sm90-wgmma");
   if (p.routed.dec)
-    return str(ex.method, " gemm1=decode/split", p.routed.c1.splits, " gemm2=decode/split", p.routed.c2.splits);
+    return str(ex.method, " gemm1=", p.routed.dec90_1 ? "decode90" : "decode", "/split", p.routed.c1.splits,
+               " gemm2=", p.routed.dec90_2 ? "decode90" : "decode", "/split", p.routed.c2.splits);
   auto tn = [](Tile t) { return t == Tile::kSmall ? "small" : t == Tile::kMedium ? "medium" : "large"; };
   return str(ex.method, " gemm1=", tn(p.routed.c1.tile), "/split", p.routed.c1.splits, " gemm2=", tn(p.routed.c2.tile),
              "/split", p.routed.c2.splits);

@@ -4,6 +4,7 @@
 // the split-K activation finish and the sum over top-k.
 #include <cuda_fp8.h>
 
+#include <algorithm>
 #include <cfloat>
 
 #include "cuda/device_common.cuh"
@@ -235,11 +236,7 @@ __global__ void act_prep_kernel(const ActPrep p) {
   const int64_t tok = p.slot_mode ? r / p.top_k : r;
   const T* src = static_cast<const T*>(p.x) + tok * p.ldx;
   const float w = p.topk_w != nullptr ? p.topk_w[r] : 1.f;
-  for (int i = tid; i < p.cols; i += blockDim.x) {
-    float v = Op::to_f(src[i]);
-    if (p.topk_w != nullptr) v = Op::to_f(Op::from_f(v * w));  // Llama 4: round(x * w)
-    row[i] = v;
-  }
+  load_row<Op>(src, p.cols, p.topk_w != nullptr, w, row);
   __syncthreads();
   T* dst = static_cast<T*>(p.a) + r * p.cols;
   if (p.quant == 0) {
@@ -306,7 +303,7 @@ __global__ void act_finish_kernel(const float* __restrict__ partial, int np, int
   }
   if (e < 0) return;
   const float* g = partial + slot * np;
-  for (int i = threadIdx.x; i < inter; i += blockDim.x) {
+  for (int i = blockIdx.y * blockDim.x + threadIdx.x; i < inter; i += gridDim.y * blockDim.x) {
     int ng = (i >> 3) * 16 + (i & 7);
     float gv = g[ng], uv = g[ng + 8];
     if (bias != nullptr) {
@@ -388,12 +385,12 @@ void launch_act_prep(bool f16, const ActPrep& p, cudaStream_t s) {
 void launch_act_finish(bool f16, const float* partial, int np, int64_t slots, int inter, int act, const float* bias,
                        const int32_t* topk_ids, const int32_t* expert_map, void* h, int ldh, cudaStream_t s) {
   if (slots == 0) return;
+  // one thread per intermediate column (few slots at decode: a row over many blocks)
+  const dim3 grid(static_cast<unsigned>(slots), std::min(64, (inter + 255) / 256));
   if (f16)
-    act_finish_kernel<F16><<<static_cast<unsigned>(slots), 256, 0, s>>>(partial, np, slots, inter, act, bias, topk_ids,
-                                                                        expert_map, h, ldh);
+    act_finish_kernel<F16><<<grid, 256, 0, s>>>(partial, np, slots, inter, act, bias, topk_ids, expert_map, h, ldh);
   else
-    act_finish_kernel<BF16><<<static_cast<unsigned>(slots), 256, 0, s>>>(partial, np, slots, inter, act, bias,
-                                                                         topk_ids, expert_map, h, ldh);
+    act_finish_kernel<BF16><<<grid, 256, 0, s>>>(partial, np, slots, inter, act, bias, topk_ids, expert_map, h, ldh);
   QMOE_CUDA_LAUNCH_OK();
 }
 

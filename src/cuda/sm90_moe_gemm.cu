@@ -24,17 +24,13 @@
 
 #include "cuda/device_common.cuh"
 #include "cuda/sm90_moe.cuh"
+#include "cuda/sm90_sync.cuh"
 
 namespace qmoe::cuda {
 namespace {
 
 using namespace dev;
 
-#if defined(__CUDA_ARCH__) && (__CUDA_ARCH__ >= 900) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
-#define QMOE_SM90A 1
-#else
-#define QMOE_SM90A 0
-#endif
 
 #if QMOE_SM90A
 #include "cuda/sm90_wgmma.inc"
@@ -60,25 +56,6 @@ struct Sm90Cfg {
 };
 
 // ---- PTX helpers (sm_90) -------------------------------------------------------------------------
-__device__ __forceinline__ void mbar_init(uint64_t* bar, int count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(count));
-}
-__device__ __forceinline__ void mbar_expect_tx(uint64_t* bar, uint32_t bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_u32(bar)), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void mbar_arrive(uint64_t* bar) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_u32(bar)) : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
-  uint32_t done = 0;
-  do {
-    asm volatile(
-        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(smem_u32(bar)), "r"(parity)
-        : "memory");
-  } while (!done);
-}
 __device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, uint64_t* bar, int c0, int c1) {
   asm volatile(
       "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];\n" ::"r"(
@@ -138,7 +115,7 @@ __global__ void __launch_bounds__(384, 1)
       mbar_init(&full[s], 1);
       mbar_init(&empty[s], 8);  // one arrival per consumer warp
     }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    mbar_init_fence();
   }
   __syncthreads();
   const int nk = (p.k + BK - 1) / BK;
@@ -351,13 +328,6 @@ struct WqCfg {
   static constexpr int SMEM = kWqStages * (X_ST + W_ST) + 2 * kWqStages * 8 + 1024;
 };
 
-__device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
-  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
-                   smem_u32(dst)),
-               "l"(src), "r"(bytes), "r"(smem_u32(bar))
-               : "memory");
-}
-
 template <class Op, WFmt F, bool CHANNEL>
 __global__ void __launch_bounds__(384, 1)
     sm90_moe_wq_kernel(const __grid_constant__ CUtensorMap tma_x, const Sm90Gemm p) {
@@ -386,7 +356,7 @@ __global__ void __launch_bounds__(384, 1)
       mbar_init(&full[s], 1);
       mbar_init(&empty[s], 8);
     }
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    mbar_init_fence();
   }
   __syncthreads();
   const int nk = (p.k + 127) / 128;

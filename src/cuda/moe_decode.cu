@@ -21,6 +21,7 @@
 // fp8 mode 3, fp4 global scales) multiply the block's reduced fp32 sum once.
 #include <algorithm>
 #include <cstdlib>
+#include <string>
 #include <type_traits>
 
 #include "cuda/cuda_moe.h"
@@ -523,22 +524,28 @@ __global__ void __launch_bounds__(kThreads) moe_decode_kernel(const GemmParams p
 // of DRAM bandwidth at ~180 instructions per 512-byte atom; a first version of this kernel with one
 // tile per block 26% (each block's start cost several DRAM latencies and the ring stood empty
 // between blocks), one walking tiles of a single M-block left SMs idle when few M-blocks are used.
-constexpr int kStages90 = 4;
+// Ring depth. Measured on the H200 (forced decode90, int4 / fp8, mixtral / gpt-oss / qwen3 at M = 1
+// and 16): 2 stages fastest, 4 up to 60% slower, 6-8 slower still: each stage costs shared memory
+// that otherwise holds another block of consumers, and the consumers, not the bytes in flight, are
+// the limit. QMOE_CUDA_DECODE90_STAGES (2..8) overrides it for measurements.
+constexpr int kStages90 = 2;
+constexpr int kMaxStages90 = 8;
 constexpr int kThreads90 = 32 * (kDecodeWarps + 1);
 
 // Shared-memory layout of one block (host and device agree through this function).
 struct Dec90Smem {
   int a = 0, cs = 0, z = 0, rs = 0, red = 0, bar = 0, total = 0;
 };
-__host__ __device__ inline Dec90Smem dec90_smem(int stage_bytes, int max_rows, int krange, int nch, int nzch) {
+__host__ __device__ inline Dec90Smem dec90_smem(int stages, int stage_bytes, int max_rows, int krange, int nch,
+                                                int nzch) {
   Dec90Smem L;
-  L.a = kStages90 * stage_bytes;
+  L.a = stages * stage_bytes;
   L.cs = L.a + (max_rows * (krange * 2 + 16) + 15) / 16 * 16;
   L.z = L.cs + 2 * nch * 32 * 4;                      // two tiles' column scales
   L.rs = L.z + 2 * nzch * 32 * 4;                     // two tiles' zero points
   L.red = L.rs + nch * kDecodeRows * 4;               // row scales of the block's tokens
   L.bar = L.red + kDecodeWarps * kNT * 4 * 32 * 4;    // cross-warp reduction
-  L.total = L.bar + 2 * kStages90 * 8;
+  L.total = L.bar + 2 * stages * 8;
   return L;
 }
 
@@ -546,9 +553,17 @@ __device__ __forceinline__ void cp_async4(void* smem, const void* gmem) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(smem_u32(smem)), "l"(gmem));
 }
 
+// Blocks per SM the registers are sized for: the consumers are the limit (ncu: "wait" on the mma
+// and dequantization chains), so more resident warps help where registers allow. Measured on the
+// H200: 3 blocks (<= 75 registers) spill the int4 kernel (76 bytes) and slow it by 5-10%, but take
+// the fp8 rows (one scale pair for K) up to 10% faster; fp4 rows are even; fp8 with scale chunks
+// would spill at 3.
+template <WFmt F, int MODE>
+constexpr int dec90_min_blocks() { return F == WFmt::kFP8 && MODE == 3 ? 3 : 2; }
+
 template <class Op, WFmt F, int MODE>
-__global__ void __launch_bounds__(kThreads90, 2)
-    moe_decode90_kernel(const GemmParams p, const int slab_atoms, const int max_rows) {
+__global__ void __launch_bounds__(kThreads90, dec90_min_blocks<F, MODE>())
+    moe_decode90_kernel(const GemmParams p, const int slab_atoms, const int max_rows, const int stages) {
 #if QMOE_SM90A
   constexpr int KA = DecFmt<F>::KA, U = DecFmt<F>::U, SPR = DecFmt<F>::SPR;
   constexpr int SS = KA / 16;
@@ -581,7 +596,7 @@ __global__ void __launch_bounds__(kThreads90, 2)
   const int krange_alloc = p.ktiles_per_split * 64;
   const int nch = per_chunk ? (krange_alloc + p.chunk - 1) / p.chunk : 0;
   const int nzch = hz ? (per_chunk ? nch : 1) : 0;
-  const Dec90Smem L = dec90_smem(stage_bytes, max_rows, krange_alloc, nch, nzch);
+  const Dec90Smem L = dec90_smem(stages, stage_bytes, max_rows, krange_alloc, nch, nzch);
   uint8_t* sW = smem;
   uint8_t* sA = smem + L.a;
   float* sCS = reinterpret_cast<float*>(smem + L.cs);
@@ -589,12 +604,11 @@ __global__ void __launch_bounds__(kThreads90, 2)
   float* sRS = reinterpret_cast<float*>(smem + L.rs);
   float* red = reinterpret_cast<float*>(smem + L.red);  // [warp][c][lane]
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + L.bar);
-  uint64_t* empty = full + kStages90;
+  uint64_t* empty = full + stages;
   const int katoms = p.kp / KA;
 
   if (tid == 0) {
-#pragma unroll
-    for (int s = 0; s < kStages90; ++s) {
+    for (int s = 0; s < stages; ++s) {
       mbar_init(&full[s], 1);
       mbar_init(&empty[s], kDecodeWarps);
     }
@@ -611,8 +625,8 @@ __global__ void __launch_bounds__(kThreads90, 2)
         const int e = p.expert_ids[mb];
         if (e < 0) continue;  // expert on another rank: its slots stay zero (pre-cleared)
         for (int st = 0; st < nst; ++st, ++gs) {
-          const int slot = gs % kStages90;
-          mbar_wait(&empty[slot], ((gs / kStages90) & 1) ^ 1);
+          const int slot = gs % stages;
+          mbar_wait(&empty[slot], ((gs / stages) & 1) ^ 1);
           const int a0 = st * per_stage;
           const int n = min(per_stage, natoms - a0);
           mbar_expect_tx(&full[slot], kNT * n * U);
@@ -781,10 +795,10 @@ __global__ void __launch_bounds__(kThreads90, 2)
     };
 
     for (int st = 0; st < nst; ++st, ++gs) {
-      const int slot = gs % kStages90;
+      const int slot = gs % stages;
       const int a0 = st * per_stage + kj * slab_atoms;  // first atom of this warp's slab (block-relative)
       const int na = min(slab_atoms, natoms - a0);
-      mbar_wait(&full[slot], (gs / kStages90) & 1);
+      mbar_wait(&full[slot], (gs / stages) & 1);
       if (na > 0) {
         const uint8_t* wst = sW + slot * stage_bytes + kj * slab_atoms * U;  // column nt: + nt * per_stage * U
         if (per_chunk) {
@@ -918,6 +932,13 @@ void launch_one(int slab_kt, const GemmParams& p, cudaStream_t s) {
   QMOE_CUDA_LAUNCH_OK();
 }
 
+int dec90_stages() {
+  static const int v = std::getenv("QMOE_CUDA_DECODE90_STAGES")
+                           ? std::min(kMaxStages90, std::max(2, std::atoi(std::getenv("QMOE_CUDA_DECODE90_STAGES"))))
+                           : kStages90;
+  return v;
+}
+
 // Atoms per warp slab and the shared memory of one block of the sm_90 kernel for this GEMM.
 struct Dec90Plan {
   int slab_atoms = 0;
@@ -936,7 +957,8 @@ Dec90Plan dec90_plan(WFmt fmt, int mode, int chunk, int kp, int ktiles_per_split
   const int krange = ktiles_per_split * 64;
   const int nch = per_chunk ? (krange + chunk - 1) / chunk : 0;
   const bool hz = (fmt == WFmt::kU4 || fmt == WFmt::kU8) && zero;
-  d.L = dec90_smem(kNT * kDecodeWarps * d.slab_atoms * U, max_rows, krange, nch, hz ? (per_chunk ? nch : 1) : 0);
+  d.L = dec90_smem(dec90_stages(), kNT * kDecodeWarps * d.slab_atoms * U, max_rows, krange, nch,
+                   hz ? (per_chunk ? nch : 1) : 0);
   return d;
 }
 
@@ -966,7 +988,7 @@ void launch_one90(int slab_kt, int max_rows, const GemmParams& p, cudaStream_t s
   if (const char* v = std::getenv("QMOE_CUDA_DECODE90_TILES")) blocks = (items + std::max(1, std::atoi(v)) - 1) / std::max(1, std::atoi(v));
   blocks = std::min(blocks, items);
   dim3 grid(static_cast<unsigned>(blocks), 1, p.splits);
-  kern<<<grid, kThreads90, L.total, s>>>(p, slab_atoms, max_rows);
+  kern<<<grid, kThreads90, L.total, s>>>(p, slab_atoms, max_rows, dec90_stages());
   QMOE_CUDA_LAUNCH_OK();
 }
 
@@ -1016,9 +1038,11 @@ bool decode90_use(WFmt fmt, int mode, int chunk, int kp, int ktiles_per_split, i
                   bool zero) {
   if (!decode90_available() || !decode_supports(fmt, mode)) return false;
   // Measured on the H200 (docs/perf.md): the bulk kernel wins where two blocks share an SM and
-  // loses (gpt-oss-120b M = 16: 8 staged rows of K = 2880) at one block per SM.
+  // loses at one block per SM (gpt-oss-120b M = 16 with a 4-stage ring: 8 staged rows of K = 2880).
   const Dec90Plan d = dec90_plan(fmt, mode, chunk, kp, ktiles_per_split, slab_ktiles, max_rows, zero);
-  return 2 * (d.L.total + 1024) <= 228 * 1024;
+  if (d.L.total > 227 * 1024) return false;
+  static const bool force = std::getenv("QMOE_CUDA_DECODE90") && std::string(std::getenv("QMOE_CUDA_DECODE90")) == "2";
+  return force || 2 * (d.L.total + 1024) <= 228 * 1024;  // QMOE_CUDA_DECODE90=2: wherever it fits (measurements)
 }
 
 void launch_moe_decode(bool f16, WFmt fmt, int mode, int slab_ktiles, int max_rows, bool sm90, const GemmParams& p,

@@ -718,6 +718,8 @@ __global__ void __launch_bounds__(kThreads90, dec90_min_blocks<F, MODE>())
   const int g = lane >> 2, t = lane & 3;
   const int kj = warp;  // this warp's K group; it covers both n16 columns of an item
   const int fs = per_chunk ? p.chunk / 16 : 1 << 30;  // k16 steps per scale chunk
+  const bool fine = per_chunk && fs % SS != 0;         // chunks end inside atoms (int4 groups of 32)
+  const bool coarse = per_chunk && !fine;
   int cur_mb = -1, nvalid = 0;
   const int32_t* rows = p.sorted_ids;
   int tok_arow[2] = {-1, -1};
@@ -878,10 +880,14 @@ __global__ void __launch_bounds__(kThreads90, dec90_min_blocks<F, MODE>())
               }
               mma16816<Op>(acc[nt][(i * SS + ss) & 1], af, xb[ss][0], xb[ss][1]);
             }
-            if (per_chunk && ++cnt == fs) {
+            if (fine && ++cnt == fs) {
               flush();
               if (hz) set_zero(ci);
             }
+          }
+          if (coarse && (cnt += SS) == fs) {  // one check per atom where chunks hold whole atoms
+            flush();
+            if (hz) set_zero(ci);
           }
         }
         if (per_chunk && cnt > 0) flush();  // the K range ended inside a chunk
@@ -908,7 +914,9 @@ __global__ void __launch_bounds__(kThreads90, dec90_min_blocks<F, MODE>())
       }
       decode_epilogue<Op, F, MODE>(p, e, nb * kNT + warp, split, v, rows, g, t, tok_arow, per_chunk);
     }
-    asm volatile("bar.sync 1, %0;\n" ::"r"(kCT) : "memory");  // `red`, the rows and scales are free again
+    // no barrier here: the next item's first barrier orders the epilogue's reads of `red` before
+    // its writes, and every warp has left this item's main loop (the last reader of the rows, row
+    // scales and this buffer of column scales) before anyone restages them
     it = nxt;
   }
 #endif

@@ -27,6 +27,7 @@
 #include "cuda/cuda_moe.h"
 #include "cuda/device_common.cuh"
 #include "cuda/moe_decode.cuh"
+#include "cuda/sm90_moe.cuh"
 #include "cuda/sm90_sync.cuh"
 
 namespace qmoe::cuda {
@@ -125,6 +126,77 @@ __device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], uint32_t addr) {
 }
 __device__ __forceinline__ void ldsm_x2(uint32_t (&r)[2], uint32_t addr) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(addr));
+}
+
+// ---- per-atom pieces shared by both decode kernels -------------------------------------------------
+// Token (B) fragments of an atom's SS k16 steps from the staged rows ({k 2t..2t+1, k 2t+8..2t+9} of
+// row g), xa = this lane's ldmatrix address at the atom's first column.
+template <int SS>
+__device__ __forceinline__ void load_token_frags(uint32_t (&xb)[SS][2], uint32_t xa) {
+  if constexpr (SS == 1) {
+    ldsm_x2(xb[0], xa);
+  } else {
+#pragma unroll
+    for (int q = 0; q < SS / 2; ++q) {
+      uint32_t r4[4];
+      ldsm_x4(r4, xa + q * 64);
+      xb[2 * q][0] = r4[0];
+      xb[2 * q][1] = r4[1];
+      xb[2 * q + 1][0] = r4[2];
+      xb[2 * q + 1][1] = r4[3];
+    }
+  }
+}
+// fp4 block scales of rows g / g + 8 of a unit (sw[j] = the raw e4m3 quad / e8m0 pair of row
+// j * 8 + g), as folded operand pairs: sp[j][0] blocks 0-1, sp[j][1] blocks 2-3 (NVFP4) or groups 0 / 1 (MXFP4).
+template <class Op, WFmt F>
+__device__ __forceinline__ void fp4_scale_pairs(const uint32_t (&sw)[2], uint32_t (&sp)[2][2]) {
+#pragma unroll
+  for (int j = 0; j < 2; ++j) {
+    if constexpr (F == WFmt::kNV4) {
+      sp[j][0] = Op::mul2(dq_fp8_pair<Op>(sw[j], 0), Fp4Bits<Op>::kFold);
+      sp[j][1] = Op::mul2(dq_fp8_pair<Op>(sw[j], 2), Fp4Bits<Op>::kFold);
+    } else {
+      sp[j][0] = mx_scale_pair<Op>(sw[j] & 0xFFu);
+      sp[j][1] = mx_scale_pair<Op>(sw[j] >> 8);
+    }
+  }
+}
+// A operand of the swapped mma for k16 step ss of an atom whose lane words are wv: a0 = (row g,
+// k 2t..), a1 = (row g + 8, k 2t..), a2 = (row g, k 2t + 8..), a3 = (row g + 8, k 2t + 8..) = the
+// atom's B fragment pairs (j, bi) = (0, 0), (1, 0), (0, 1), (1, 1), dequantized exactly: zmagic /
+// zf the zero points of rows g / g + 8 (int codes), sp their fp4 scale pairs.
+template <class Op, WFmt F>
+__device__ __forceinline__ void atom_a_frag(const uint32_t (&wv)[4], int ss, const uint32_t (&zmagic)[2],
+                                            const float (&zf)[2], const uint32_t (&sp)[2][2], uint32_t (&af)[4]) {
+  if constexpr (F == WFmt::k16) {
+    af[0] = wv[0]; af[1] = wv[2]; af[2] = wv[1]; af[3] = wv[3];
+  } else if constexpr (F == WFmt::kU4) {
+    af[0] = dq_u4_pair<Op>(wv[ss], 0, zmagic[0]);
+    af[1] = dq_u4_pair<Op>(wv[ss], 2, zmagic[1]);
+    af[2] = dq_u4_pair<Op>(wv[ss], 1, zmagic[0]);
+    af[3] = dq_u4_pair<Op>(wv[ss], 3, zmagic[1]);
+  } else if constexpr (F == WFmt::kU8) {
+    af[0] = dq_u8_pair<Op>(wv[ss * 2], 0, zf[0]);
+    af[1] = dq_u8_pair<Op>(wv[ss * 2 + 1], 0, zf[1]);
+    af[2] = dq_u8_pair<Op>(wv[ss * 2], 2, zf[0]);
+    af[3] = dq_u8_pair<Op>(wv[ss * 2 + 1], 2, zf[1]);
+  } else if constexpr (F == WFmt::kFP8) {
+    af[0] = dq_fp8_pair<Op>(wv[ss * 2], 0);
+    af[1] = dq_fp8_pair<Op>(wv[ss * 2 + 1], 0);
+    af[2] = dq_fp8_pair<Op>(wv[ss * 2], 2);
+    af[3] = dq_fp8_pair<Op>(wv[ss * 2 + 1], 2);
+  } else {
+    // NVFP4: block ss of the atom (half ss & 1 of pair ss / 2, broadcast); MXFP4: group ss / 2
+    uint32_t s2[2];
+#pragma unroll
+    for (int j = 0; j < 2; ++j)
+      s2[j] = F == WFmt::kNV4 ? __byte_perm(sp[j][ss >> 1], 0u, (ss & 1) ? 0x3232 : 0x1010) : sp[j][ss >> 1];
+    af[0] = Op::mul2(e2m1_raw_pair<Op, 0>(wv[ss]), s2[0]);
+    af[1] = Op::mul2(e2m1_raw_pair<Op, 2>(wv[ss]), s2[1]);
+    af[2] = Op::mul2(e2m1_raw_pair<Op, 1>(wv[ss]), s2[0]);
+    af[3] = Op::mul2(e2m1_raw_pair<Op, 3>(wv[ss]), s2[1]);
+  }
 }
 
 // Epilogue of both decode kernels for one n16 column `tile` of expert e: v = the block's fp32 sums
@@ -383,38 +455,12 @@ __global__ void __launch_bounds__(kThreads) moe_decode_kernel(const GemmParams p
       chunk_end = (idx_of(k0, inv_chunk) + 1) * p.chunk;
       load_chunk(k0);
     }
-    // token (B) fragments of the atom's k16 steps: {k 2t..2t+1, k 2t+8..2t+9} of row g
     uint32_t xb[SS][2];
-    const uint32_t xa = xlane + (k0 - kbase) * 2;
-    if constexpr (SS == 1) {
-      ldsm_x2(xb[0], xa);
-    } else {
-#pragma unroll
-      for (int q = 0; q < SS / 2; ++q) {
-        uint32_t r4[4];
-        ldsm_x4(r4, xa + q * 64);
-        xb[2 * q][0] = r4[0];
-        xb[2 * q][1] = r4[1];
-        xb[2 * q + 1][0] = r4[2];
-        xb[2 * q + 1][1] = r4[3];
-      }
-    }
-    // fp4 block scales of rows g / g + 8 (two consecutive blocks per register, folded)
-    uint32_t sp[kNT][2][2];
+    load_token_frags<SS>(xb, xlane + (k0 - kbase) * 2);
+    uint32_t sp[kNT][2][2];  // fp4 block scales of rows g / g + 8 (two consecutive blocks per register, folded)
     if constexpr (kFp4) {
 #pragma unroll
-      for (int nt = 0; nt < kNT; ++nt)
-#pragma unroll
-        for (int j = 0; j < 2; ++j) {
-          const uint32_t sw = sring[s][nt][j];
-          if constexpr (F == WFmt::kNV4) {
-            sp[nt][j][0] = Op::mul2(dq_fp8_pair<Op>(sw, 0), Fp4Bits<Op>::kFold);
-            sp[nt][j][1] = Op::mul2(dq_fp8_pair<Op>(sw, 2), Fp4Bits<Op>::kFold);
-          } else {
-            sp[nt][j][0] = mx_scale_pair<Op>(sw & 0xFFu);
-            sp[nt][j][1] = mx_scale_pair<Op>(sw >> 8);
-          }
-        }
+      for (int nt = 0; nt < kNT; ++nt) fp4_scale_pairs<Op, F>(sring[s][nt], sp[nt]);
     }
 #pragma unroll
     for (int ss = 0; ss < SS; ++ss) {
@@ -422,39 +468,8 @@ __global__ void __launch_bounds__(kThreads) moe_decode_kernel(const GemmParams p
       for (int nt = 0; nt < kNT; ++nt) {
         const uint4 v = ring[s][nt];
         const uint32_t wv[4] = {v.x, v.y, v.z, v.w};
-        // A operand of the swapped mma: a0 = (row g, k 2t..), a1 = (row g + 8, k 2t..),
-        // a2 = (row g, k 2t + 8..), a3 = (row g + 8, k 2t + 8..) = the atom's B fragment pairs
-        // (j, bi) = (0, 0), (1, 0), (0, 1), (1, 1)
         uint32_t af[4];
-        if constexpr (F == WFmt::k16) {
-          af[0] = wv[0]; af[1] = wv[2]; af[2] = wv[1]; af[3] = wv[3];
-        } else if constexpr (F == WFmt::kU4) {
-          af[0] = dq_u4_pair<Op>(wv[ss], 0, zmagic[nt][0]);
-          af[1] = dq_u4_pair<Op>(wv[ss], 2, zmagic[nt][1]);
-          af[2] = dq_u4_pair<Op>(wv[ss], 1, zmagic[nt][0]);
-          af[3] = dq_u4_pair<Op>(wv[ss], 3, zmagic[nt][1]);
-        } else if constexpr (F == WFmt::kU8) {
-          af[0] = dq_u8_pair<Op>(wv[ss * 2], 0, zf[nt][0]);
-          af[1] = dq_u8_pair<Op>(wv[ss * 2 + 1], 0, zf[nt][1]);
-          af[2] = dq_u8_pair<Op>(wv[ss * 2], 2, zf[nt][0]);
-          af[3] = dq_u8_pair<Op>(wv[ss * 2 + 1], 2, zf[nt][1]);
-        } else if constexpr (F == WFmt::kFP8) {
-          af[0] = dq_fp8_pair<Op>(wv[ss * 2], 0);
-          af[1] = dq_fp8_pair<Op>(wv[ss * 2 + 1], 0);
-          af[2] = dq_fp8_pair<Op>(wv[ss * 2], 2);
-          af[3] = dq_fp8_pair<Op>(wv[ss * 2 + 1], 2);
-        } else {
-          // NVFP4: block ss of the atom (half ss & 1 of pair ss / 2, broadcast); MXFP4: group ss / 2
-          uint32_t s2[2];
-#pragma unroll
-          for (int j = 0; j < 2; ++j)
-            s2[j] = F == WFmt::kNV4 ? __byte_perm(sp[nt][j][ss >> 1], 0u, (ss & 1) ? 0x3232 : 0x1010)
-                                    : sp[nt][j][ss >> 1];
-          af[0] = Op::mul2(e2m1_raw_pair<Op, 0>(wv[ss]), s2[0]);
-          af[1] = Op::mul2(e2m1_raw_pair<Op, 2>(wv[ss]), s2[1]);
-          af[2] = Op::mul2(e2m1_raw_pair<Op, 1>(wv[ss]), s2[0]);
-          af[3] = Op::mul2(e2m1_raw_pair<Op, 3>(wv[ss]), s2[1]);
-        }
+        atom_a_frag<Op, F>(wv, ss, zmagic[nt], zf[nt], sp[nt], af);
         mma16816<Op>(acc[nt], af, xb[ss][0], xb[ss][1]);
       }
       if (per_chunk) {
@@ -817,67 +832,24 @@ __global__ void __launch_bounds__(kThreads90, dec90_min_blocks<F, MODE>())
             const uint4 v = *reinterpret_cast<const uint4*>(unit + lane * 16);
             wv[nt][0] = v.x; wv[nt][1] = v.y; wv[nt][2] = v.z; wv[nt][3] = v.w;
             if constexpr (kFp4) {
+              uint32_t sw[2];
 #pragma unroll
               for (int j = 0; j < 2; ++j) {
                 const uint8_t* spp = unit + 512 + (j * 8 + g) * SPR;
-                const uint32_t sw = SPR == 4 ? *reinterpret_cast<const uint32_t*>(spp)
-                                             : static_cast<uint32_t>(*reinterpret_cast<const uint16_t*>(spp));
-                if constexpr (F == WFmt::kNV4) {
-                  sp[nt][j][0] = Op::mul2(dq_fp8_pair<Op>(sw, 0), Fp4Bits<Op>::kFold);
-                  sp[nt][j][1] = Op::mul2(dq_fp8_pair<Op>(sw, 2), Fp4Bits<Op>::kFold);
-                } else {
-                  sp[nt][j][0] = mx_scale_pair<Op>(sw & 0xFFu);
-                  sp[nt][j][1] = mx_scale_pair<Op>(sw >> 8);
-                }
+                sw[j] = SPR == 4 ? *reinterpret_cast<const uint32_t*>(spp)
+                                 : static_cast<uint32_t>(*reinterpret_cast<const uint16_t*>(spp));
               }
+              fp4_scale_pairs<Op, F>(sw, sp[nt]);
             }
           }
           uint32_t xb[SS][2];
-          const uint32_t xa = xlane + ((a0 + i) * KA) * 2;
-          if constexpr (SS == 1) {
-            ldsm_x2(xb[0], xa);
-          } else {
-#pragma unroll
-            for (int q = 0; q < SS / 2; ++q) {
-              uint32_t r4[4];
-              ldsm_x4(r4, xa + q * 64);
-              xb[2 * q][0] = r4[0];
-              xb[2 * q][1] = r4[1];
-              xb[2 * q + 1][0] = r4[2];
-              xb[2 * q + 1][1] = r4[3];
-            }
-          }
+          load_token_frags<SS>(xb, xlane + ((a0 + i) * KA) * 2);
 #pragma unroll
           for (int ss = 0; ss < SS; ++ss) {
 #pragma unroll
             for (int nt = 0; nt < kNT; ++nt) {
               uint32_t af[4];
-              if constexpr (F == WFmt::kU4) {
-                af[0] = dq_u4_pair<Op>(wv[nt][ss], 0, zmagic[nt][0]);
-                af[1] = dq_u4_pair<Op>(wv[nt][ss], 2, zmagic[nt][1]);
-                af[2] = dq_u4_pair<Op>(wv[nt][ss], 1, zmagic[nt][0]);
-                af[3] = dq_u4_pair<Op>(wv[nt][ss], 3, zmagic[nt][1]);
-              } else if constexpr (F == WFmt::kU8) {
-                af[0] = dq_u8_pair<Op>(wv[nt][ss * 2], 0, zf[nt][0]);
-                af[1] = dq_u8_pair<Op>(wv[nt][ss * 2 + 1], 0, zf[nt][1]);
-                af[2] = dq_u8_pair<Op>(wv[nt][ss * 2], 2, zf[nt][0]);
-                af[3] = dq_u8_pair<Op>(wv[nt][ss * 2 + 1], 2, zf[nt][1]);
-              } else if constexpr (F == WFmt::kFP8) {
-                af[0] = dq_fp8_pair<Op>(wv[nt][ss * 2], 0);
-                af[1] = dq_fp8_pair<Op>(wv[nt][ss * 2 + 1], 0);
-                af[2] = dq_fp8_pair<Op>(wv[nt][ss * 2], 2);
-                af[3] = dq_fp8_pair<Op>(wv[nt][ss * 2 + 1], 2);
-              } else {
-                uint32_t s2[2];
-#pragma unroll
-                for (int j = 0; j < 2; ++j)
-                  s2[j] = F == WFmt::kNV4 ? __byte_perm(sp[nt][j][ss >> 1], 0u, (ss & 1) ? 0x3232 : 0x1010)
-                                          : sp[nt][j][ss >> 1];
-                af[0] = Op::mul2(e2m1_raw_pair<Op, 0>(wv[nt][ss]), s2[0]);
-                af[1] = Op::mul2(e2m1_raw_pair<Op, 2>(wv[nt][ss]), s2[1]);
-                af[2] = Op::mul2(e2m1_raw_pair<Op, 1>(wv[nt][ss]), s2[0]);
-                af[3] = Op::mul2(e2m1_raw_pair<Op, 3>(wv[nt][ss]), s2[1]);
-              }
+              atom_a_frag<Op, F>(wv[nt], ss, zmagic[nt], zf[nt], sp[nt], af);
               mma16816<Op>(acc[nt][(i * SS + ss) & 1], af, xb[ss][0], xb[ss][1]);
             }
             if (fine && ++cnt == fs) {
@@ -1027,17 +999,7 @@ bool decode90_available() {
   static const bool ok = [] {
     const char* v = std::getenv("QMOE_CUDA_DECODE90");
     if (v != nullptr && v[0] == '0') return false;
-    int dev = 0, major = 0, minor = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess) return false;
-    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
-    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
-    if (major != 9 || minor != 0) return false;
-    cudaFuncAttributes fa{};
-    if (cudaFuncGetAttributes(&fa, moe_decode90_kernel<BF16, WFmt::kU4, 1>) != cudaSuccess) {
-      cudaGetLastError();
-      return false;
-    }
-    return fa.binaryVersion >= 90;  // the sm_90a code is in this binary
+    return sm90_kernel_runs(reinterpret_cast<const void*>(moe_decode90_kernel<BF16, WFmt::kU4, 1>));
   }();
   return ok;
 }

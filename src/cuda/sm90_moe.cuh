@@ -88,6 +88,8 @@ inline size_t sm90_plain_bytes(int E, int np, int kp, int bits) {
 // True when this process can run the sm_90a kernels (an sm_90 device and the 90a code present).
 // QMOE_CUDA_WGMMA=0 turns the path off.
 bool sm90_available();
+// An sm_90 device, and `kernel` (a __global__ function) holds sm_90a code in this binary.
+bool sm90_kernel_runs(const void* kernel);
 // Whether the Hopper path can run this projection (format, mode, accumulation chunk); see the .cu.
 bool sm90_supports(WFmt fmt, int mode, int chunk);
 // kind: 0 16-bit weights (HGMMA), 1 fp8 (QGMMA), 2 INT8 W8A8 (IGMMA: signed int8 x int8, exact

@@ -735,22 +735,23 @@ bool env_off() {
 
 }  // namespace
 
+bool sm90_kernel_runs(const void* kernel) {
+  int dev = 0, major = 0, minor = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return false;
+  cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+  cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+  if (major != 9 || minor != 0) return false;
+  cudaFuncAttributes fa{};
+  if (cudaFuncGetAttributes(&fa, kernel) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return fa.binaryVersion >= 90;
+}
+
 bool sm90_available() {
-  static const bool ok = [] {
-    if (env_off()) return false;
-    int dev = 0, major = 0, minor = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess) return false;
-    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
-    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
-    if (major != 9 || minor != 0) return false;
-    cudaFuncAttributes fa{};
-    if (cudaFuncGetAttributes(&fa, sm90_moe_gemm_kernel<BF16, false>) != cudaSuccess) {
-      cudaGetLastError();
-      return false;
-    }
-    if (fa.binaryVersion < 90 || encode_fn() == nullptr) return false;
-    return true;
-  }();
+  static const bool ok = !env_off() && sm90_kernel_runs(reinterpret_cast<const void*>(sm90_moe_gemm_kernel<BF16, false>)) &&
+                         encode_fn() != nullptr;
   return ok;
 }
 

@@ -199,6 +199,17 @@ __device__ __forceinline__ void atom_a_frag(const uint32_t (&wv)[4], int ss, con
   }
 }
 
+// Sum of the kDecodeWarps K-group partials of column nt, red[warp][nt][c][lane], in K order.
+__device__ __forceinline__ void sum_k_groups(const float* red, int nt, int lane, float (&v)[4]) {
+#pragma unroll
+  for (int c = 0; c < 4; ++c) {
+    float sum = 0.f;
+#pragma unroll
+    for (int w = 0; w < kDecodeWarps; ++w) sum += red[((w * kNT + nt) * 4 + c) * 32 + lane];
+    v[c] = sum;
+  }
+}
+
 // Epilogue of both decode kernels for one n16 column `tile` of expert e: v = the block's fp32 sums
 // in the mma accumulator layout (c0..c3 = (row g, token 2t), (g, 2t + 1), (g + 8, 2t), (g + 8, 2t + 1)).
 // Whole-K scales multiply the sum once (numerics.md's product order); then GEMM1's activation on
@@ -510,13 +521,7 @@ __global__ void __launch_bounds__(kThreads) moe_decode_kernel(const GemmParams p
   if (tid >= kNT * 32) return;
   const int nt = warp;  // threads [32 nt, 32 nt + 32) finish column nt with the mma lane layout
   float v[4];
-#pragma unroll
-  for (int c = 0; c < 4; ++c) {
-    float sum = 0.f;
-#pragma unroll
-    for (int w = 0; w < kDecodeWarps; ++w) sum += red[((w * kNT + nt) * 4 + c) * 32 + lane];
-    v[c] = sum;
-  }
+  sum_k_groups(red, nt, lane, v);
 
   const int tile = nb * kNT + nt;
   decode_epilogue<Op, F, MODE>(p, e, tile, split, v, rows, g, t, tok_arow, per_chunk);
@@ -877,13 +882,7 @@ __global__ void __launch_bounds__(kThreads90, dec90_min_blocks<F, MODE>())
     asm volatile("bar.sync 1, %0;\n" ::"r"(kCT) : "memory");
     if (warp < kNT) {
       float v[4];
-#pragma unroll
-      for (int c = 0; c < 4; ++c) {
-        float sum = 0.f;
-#pragma unroll
-        for (int j = 0; j < kDecodeWarps; ++j) sum += red[((j * kNT + warp) * 4 + c) * 32 + lane];
-        v[c] = sum;
-      }
+      sum_k_groups(red, warp, lane, v);
       decode_epilogue<Op, F, MODE>(p, e, nb * kNT + warp, split, v, rows, g, t, tok_arow, per_chunk);
     }
     // no barrier here: the next item's first barrier orders the epilogue's reads of `red` before

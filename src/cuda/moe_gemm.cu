@@ -11,6 +11,7 @@
 //   mode 2: g_idx (act-order) int weights, dequantized per element to (u - z) * s rounded to
 //           the operand dtype (the one rounding numerics.md allows kernels).
 #include "cuda/device_common.cuh"
+#include "cuda/mma_tile.cuh"
 #include "cuda/moe_gemm.cuh"
 #include "cuda/moe_q.cuh"
 
@@ -19,13 +20,8 @@ namespace {
 
 using namespace dev;
 
-template <int BM_, int BN_, int WARPS_M_, int WARPS_N_, int STAGES_>
-struct Cfg {
-  static constexpr int BM = BM_, BN = BN_, WARPS_M = WARPS_M_, WARPS_N = WARPS_N_, STAGES = STAGES_;
-  static constexpr int kThreads = 32 * WARPS_M * WARPS_N;
-  static constexpr int WM = BM / WARPS_M, WN = BN / WARPS_N;
-  static constexpr int MI = WM / 16, NT = WN / 16;
-};
+template <int BM, int BN, int WARPS_M, int WARPS_N, int STAGES>
+using Cfg = MmaCfg<BM, BN, WARPS_M, WARPS_N, STAGES>;
 // Decode streams weights and is issue-bound at low occupancy (ncu on the H200, mixtral M = 1:
 // ~5.5 cycles per issued instruction per warp, 12-19% occupancy, limited by shared memory at 6
 // stages and by registers for the quantized formats). Four stages let 4-5 blocks share an SM;
@@ -335,62 +331,7 @@ __global__ void __launch_bounds__(C::kThreads) moe_gemm_kernel(const GemmParams 
     if constexpr (MODE == 1) return out[mi][nt][j][c];
     else return acc[mi][nt][j][c];
   };
-  using T = typename Op::T;
-#pragma unroll
-  for (int mi = 0; mi < C::MI; ++mi)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int sid = s_rows[warp_m * C::WM + mi * 16 + (lane >> 2) + h * 8];
-      if (sid >= p.numel) continue;
-#pragma unroll
-      for (int nt = 0; nt < C::NT; ++nt) {
-        const int tile = (ncol0 >> 4) + nt;
-        if (p.stage == 1) {
-          const int i = tile * 8 + 2 * (lane & 3);  // intermediate column (pair i, i + 1)
-          if (tile >= ntiles16 || i >= p.half) continue;
-          if (p.partial != nullptr) {
-            float* dst = p.partial + static_cast<size_t>(sid) * p.np + tile * 16 + 2 * (lane & 3);
-#pragma unroll
-            for (int e2 = 0; e2 < 2; ++e2) {
-              atomicAdd(dst + e2, val(mi, nt, 0, h * 2 + e2));
-              atomicAdd(dst + 8 + e2, val(mi, nt, 1, h * 2 + e2));
-            }
-          } else {
-            float hv[2];
-#pragma unroll
-            for (int e2 = 0; e2 < 2; ++e2) {
-              float g = val(mi, nt, 0, h * 2 + e2), u = val(mi, nt, 1, h * 2 + e2);
-              if (p.bias != nullptr) {
-                g += p.bias[static_cast<size_t>(e) * p.n + i + e2];
-                u += p.bias[static_cast<size_t>(e) * p.n + p.half + i + e2];
-              }
-              hv[e2] = act_fn(p.act, g, u);
-            }
-            uint32_t packed = Op::pack(hv[0], hv[1]);
-            *reinterpret_cast<uint32_t*>(static_cast<T*>(p.out) + static_cast<size_t>(sid) * p.ldo + i) = packed;
-          }
-        } else {
-          const float w = p.topk_w != nullptr ? p.topk_w[sid] : 1.f;
-#pragma unroll
-          for (int j = 0; j < 2; ++j) {
-            const int n = tile * 16 + j * 8 + 2 * (lane & 3);
-            if (n >= p.n) continue;
-            float v0 = val(mi, nt, j, h * 2), v1 = val(mi, nt, j, h * 2 + 1);
-            if (p.bias != nullptr && split == 0) {
-              v0 += p.bias[static_cast<size_t>(e) * p.n + n];
-              v1 += p.bias[static_cast<size_t>(e) * p.n + n + 1];
-            }
-            float* dst = static_cast<float*>(p.out) + static_cast<size_t>(sid) * p.ldo + n;
-            if (p.splits > 1) {
-              atomicAdd(dst, v0 * w);
-              atomicAdd(dst + 1, v1 * w);
-            } else {
-              *reinterpret_cast<float2*>(dst) = make_float2(v0 * w, v1 * w);
-            }
-          }
-        }
-      }
-    }
+  mma_tile_epilogue<Op, C>(p, val, s_rows, warp_m, lane, ncol0, ntiles16, e, split);
 }
 
 template <class Op, class C, WFmt F, int MODE>

@@ -19,6 +19,7 @@
 // e2m1(qa) s_a e2m1(qw) s_w 2^c exactly (numerics.md "Products"). The per-row fp32 factors
 // (global scale; W4A4 also 1/G via the row scale) multiply the fp32 sum once in the epilogue.
 #include "cuda/device_common.cuh"
+#include "cuda/mma_tile.cuh"
 #include "cuda/moe_q.cuh"
 
 namespace qmoe::cuda {
@@ -26,13 +27,8 @@ namespace {
 
 using namespace dev;
 
-template <int BM_, int BN_, int WARPS_M_, int WARPS_N_, int STAGES_>
-struct Cfg {
-  static constexpr int BM = BM_, BN = BN_, WARPS_M = WARPS_M_, WARPS_N = WARPS_N_, STAGES = STAGES_;
-  static constexpr int kThreads = 32 * WARPS_M * WARPS_N;
-  static constexpr int WM = BM / WARPS_M, WN = BN / WARPS_N;
-  static constexpr int MI = WM / 16, NT = WN / 16;
-};
+template <int BM, int BN, int WARPS_M, int WARPS_N, int STAGES>
+using Cfg = MmaCfg<BM, BN, WARPS_M, WARPS_N, STAGES>;
 // Backend I's tile families (config.h Tile), picked by their M-block height.
 using SmallCfg = Cfg<16, 64, 1, 4, 6>;
 using MediumCfg = Cfg<64, 128, 2, 2, 4>;
@@ -283,62 +279,8 @@ __global__ void __launch_bounds__(C::kThreads) moe_gemm_fp4_kernel(const GemmPar
   }
 
   // ---- epilogue (backend I's): GEMM1 activation on interleaved gate/up, or GEMM2 router weight
-  using T = typename Op::T;
-#pragma unroll
-  for (int mi = 0; mi < C::MI; ++mi)
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int sid = s_rows[warp_m * C::WM + mi * 16 + (lane >> 2) + h * 8];
-      if (sid >= p.numel) continue;
-#pragma unroll
-      for (int nt = 0; nt < C::NT; ++nt) {
-        const int tile = (ncol0 >> 4) + nt;
-        if (p.stage == 1) {
-          const int i = tile * 8 + 2 * (lane & 3);  // intermediate column (pair i, i + 1)
-          if (tile >= ntiles16 || i >= p.half) continue;
-          if (p.partial != nullptr) {
-            float* dst = p.partial + static_cast<size_t>(sid) * p.np + tile * 16 + 2 * (lane & 3);
-#pragma unroll
-            for (int e2 = 0; e2 < 2; ++e2) {
-              atomicAdd(dst + e2, acc[mi][nt][0][h * 2 + e2]);
-              atomicAdd(dst + 8 + e2, acc[mi][nt][1][h * 2 + e2]);
-            }
-          } else {
-            float hv[2];
-#pragma unroll
-            for (int e2 = 0; e2 < 2; ++e2) {
-              float g = acc[mi][nt][0][h * 2 + e2], u = acc[mi][nt][1][h * 2 + e2];
-              if (p.bias != nullptr) {
-                g += p.bias[static_cast<size_t>(e) * p.n + i + e2];
-                u += p.bias[static_cast<size_t>(e) * p.n + p.half + i + e2];
-              }
-              hv[e2] = act_fn(p.act, g, u);
-            }
-            *reinterpret_cast<uint32_t*>(static_cast<T*>(p.out) + static_cast<size_t>(sid) * p.ldo + i) =
-                Op::pack(hv[0], hv[1]);
-          }
-        } else {
-          const float w = p.topk_w != nullptr ? p.topk_w[sid] : 1.f;
-#pragma unroll
-          for (int j = 0; j < 2; ++j) {
-            const int n = tile * 16 + j * 8 + 2 * (lane & 3);
-            if (n >= p.n) continue;
-            float v0 = acc[mi][nt][j][h * 2], v1 = acc[mi][nt][j][h * 2 + 1];
-            if (p.bias != nullptr && split == 0) {
-              v0 += p.bias[static_cast<size_t>(e) * p.n + n];
-              v1 += p.bias[static_cast<size_t>(e) * p.n + n + 1];
-            }
-            float* dst = static_cast<float*>(p.out) + static_cast<size_t>(sid) * p.ldo + n;
-            if (p.splits > 1) {
-              atomicAdd(dst, v0 * w);
-              atomicAdd(dst + 1, v1 * w);
-            } else {
-              *reinterpret_cast<float2*>(dst) = make_float2(v0 * w, v1 * w);
-            }
-          }
-        }
-      }
-    }
+  auto val = [&](int mi, int nt, int j, int c) -> float { return acc[mi][nt][j][c]; };
+  mma_tile_epilogue<Op, C>(p, val, s_rows, warp_m, lane, ncol0, ntiles16, e, split);
 }
 
 template <class Op, class C, WFmt F>

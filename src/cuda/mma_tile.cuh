@@ -18,6 +18,52 @@ struct MmaCfg {
   static constexpr int MI = WM / 16, NT = WN / 16;
 };
 
+// Zeroes a warp's accumulators acc[MI][NT][2][4].
+template <class C>
+__device__ __forceinline__ void zero_acc(float (&acc)[C::MI][C::NT][2][4]) {
+#pragma unroll
+  for (int mi = 0; mi < C::MI; ++mi)
+#pragma unroll
+    for (int nt = 0; nt < C::NT; ++nt)
+#pragma unroll
+      for (int j = 0; j < 2; ++j)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) acc[mi][nt][j][c] = 0.f;
+}
+
+// A fragments of k16 step `step` for the warp's MI row blocks from an XOR-swizzled 128-byte-row
+// stage (16-byte chunk c of row r at ((c ^ (r & 7)) << 4)).
+template <class C>
+__device__ __forceinline__ void load_a_frags(uint32_t (&a)[C::MI][4], const uint8_t* cA, int warp_m, int lane, int step) {
+#pragma unroll
+  for (int mi = 0; mi < C::MI; ++mi) {
+    int row = warp_m * C::WM + mi * 16 + (lane & 15);
+    int c = step * 2 + (lane >> 4);
+    ldmatrix_x4(a[mi], cA + row * 128 + ((c ^ (row & 7)) << 4));
+  }
+}
+
+// The cp.async pipeline over k-tiles [kt0, kt1): pipeline_start issues the first STAGES - 1
+// stages; pipeline_next, at the top of k-tile kt, waits for its stage, lets every thread see it,
+// issues the stage STAGES - 1 ahead and returns kt's slot.
+template <class C, class Load>
+__device__ __forceinline__ void pipeline_start(int kt0, int kt1, const Load& load_stage) {
+#pragma unroll
+  for (int s = 0; s < C::STAGES - 1; ++s) {
+    if (kt0 + s < kt1) load_stage(s, kt0 + s);
+    cp_async_commit();
+  }
+}
+template <class C, class Load>
+__device__ __forceinline__ int pipeline_next(int kt, int kt0, int kt1, const Load& load_stage) {
+  cp_async_wait<C::STAGES - 2>();
+  __syncthreads();
+  const int pf = kt + C::STAGES - 1;
+  if (pf < kt1) load_stage((pf - kt0) % C::STAGES, pf);
+  cp_async_commit();
+  return (kt - kt0) % C::STAGES;
+}
+
 // The block's outputs from the warp's fp32 sums val(mi, nt, j, c) (accumulator c of n8 half j of
 // n16 column nt, m16 row block mi; rows (lane >> 2) + 8 (c >> 1), columns 2 (lane & 3) + (c & 1)),
 // all scales already applied: GEMM1 (p.stage 1) writes act(gate, up) in the operand dtype (or adds

@@ -158,32 +158,13 @@ __global__ void __launch_bounds__(C::kThreads) moe_gemm_fp4_kernel(const GemmPar
   };
 
   float acc[C::MI][C::NT][2][4];
-#pragma unroll
-  for (int mi = 0; mi < C::MI; ++mi)
-#pragma unroll
-    for (int nt = 0; nt < C::NT; ++nt)
-#pragma unroll
-      for (int j = 0; j < 2; ++j)
-#pragma unroll
-        for (int c = 0; c < 4; ++c) acc[mi][nt][j][c] = 0.f;
+  zero_acc<C>(acc);
 
   const int ncol0 = nb * C::BN + warp_n * C::WN;
 
-#pragma unroll
-  for (int s = 0; s < C::STAGES - 1; ++s) {
-    if (kt0 + s < kt1) load_stage(s, kt0 + s);
-    cp_async_commit();
-  }
-
+  pipeline_start<C>(kt0, kt1, load_stage);
   for (int kt = kt0; kt < kt1; ++kt) {
-    cp_async_wait<C::STAGES - 2>();
-    __syncthreads();
-    {
-      int pf = kt + C::STAGES - 1;
-      if (pf < kt1) load_stage((pf - kt0) % C::STAGES, pf);
-      cp_async_commit();
-    }
-    const int st = (kt - kt0) % C::STAGES;
+    const int st = pipeline_next<C>(kt, kt0, kt1, load_stage);
     const uint8_t* cA = sA + st * A_BYTES;
     const uint8_t* cB = sB + st * B_BYTES;
     // this lane's codes and its two rows' scales for the whole 64-k atom
@@ -212,12 +193,7 @@ __global__ void __launch_bounds__(C::kThreads) moe_gemm_fp4_kernel(const GemmPar
 #pragma unroll
     for (int step = 0; step < 4; ++step) {
       uint32_t a[C::MI][4];
-#pragma unroll
-      for (int mi = 0; mi < C::MI; ++mi) {
-        int row = warp_m * C::WM + mi * 16 + (lane & 15);
-        int c = step * 2 + (lane >> 4);
-        ldmatrix_x4(a[mi], cA + row * 128 + ((c ^ (row & 7)) << 4));
-      }
+      load_a_frags<C>(a, cA, warp_m, lane, step);
       uint32_t b[C::NT][2][2];
 #pragma unroll
       for (int nt = 0; nt < C::NT; ++nt)

@@ -168,6 +168,30 @@ __device__ __forceinline__ void load_row(const typename Op::T* src, int cols, bo
   }
 }
 
+// Max over a warp (every lane gets it).
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+// max |row[i]| over i < cols for the whole block (blockDim a multiple of 32, <= 1024); red: 32
+// floats of shared scratch. Every thread gets the result.
+__device__ __forceinline__ float block_absmax(const float* row, int cols, float* red) {
+  const int tid = threadIdx.x;
+  float mx = 0.f;
+  for (int i = tid; i < cols; i += blockDim.x) mx = fmaxf(mx, fabsf(row[i]));
+  mx = warp_max(mx);
+  if ((tid & 31) == 0) red[tid >> 5] = mx;
+  __syncthreads();
+  if (tid < 32) {
+    float v = tid < static_cast<int>(blockDim.x >> 5) ? red[tid] : 0.f;
+    v = warp_max(v);
+    if (tid == 0) red[0] = v;
+  }
+  __syncthreads();
+  return red[0];
+}
+
 // ---- prepared row order -------------------------------------------------------------------------
 // Original weight row of prepared row n of w13, whose rows are interleaved per n16 tile: 8 gate rows
 // then the 8 matching up rows (half = I); every kernel's epilogue and prepare() use this order.

@@ -16,11 +16,6 @@ namespace {
 
 using namespace dev;
 
-__device__ __forceinline__ float warp_max_q(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
 
 template <class Op>
 __global__ void act_prep_q_kernel(const ActPrep p) {
@@ -44,18 +39,7 @@ __global__ void act_prep_q_kernel(const ActPrep p) {
   __syncthreads();
   T* dst = static_cast<T*>(p.a) + r * p.cols;
   if (p.quant == kQuantInt8Token) {
-    float mx = 0.f;
-    for (int i = tid; i < p.cols; i += blockDim.x) mx = fmaxf(mx, fabsf(row[i]));
-    mx = warp_max_q(mx);
-    if ((tid & 31) == 0) red[tid >> 5] = mx;
-    __syncthreads();
-    if (tid < 32) {
-      float v = tid < static_cast<int>(blockDim.x >> 5) ? red[tid] : 0.f;
-      v = warp_max_q(v);
-      if (tid == 0) red[0] = v;
-    }
-    __syncthreads();
-    const float s = fmaxf(red[0], 1e-10f) / 127.f;
+    const float s = fmaxf(block_absmax(row, p.cols, red), 1e-10f) / 127.f;
     for (int i = tid; i < p.cols; i += blockDim.x)
       dst[i] = Op::from_f(fminf(fmaxf(rintf(row[i] / s), -128.f), 127.f));
     if (tid == 0) p.scales[r * p.groups] = s;

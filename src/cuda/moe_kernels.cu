@@ -47,11 +47,6 @@ __device__ float warp_sum(float v) {
   for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
   return v;
 }
-__device__ float warp_max(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
 
 struct RouteArgs {
   int kind, top_k, renorm, grouped_sigmoid, num_groups, topk_group;
@@ -259,18 +254,7 @@ __global__ void act_prep_kernel(const ActPrep p) {
     return;
   }
   if (p.quant == 1) {
-    float mx = 0.f;
-    for (int i = tid; i < p.cols; i += blockDim.x) mx = fmaxf(mx, fabsf(row[i]));
-    mx = warp_max(mx);
-    if ((tid & 31) == 0) red[tid >> 5] = mx;
-    __syncthreads();
-    if (tid < 32) {
-      float v = tid < static_cast<int>(blockDim.x >> 5) ? red[tid] : 0.f;
-      v = warp_max(v);
-      if (tid == 0) red[0] = v;
-    }
-    __syncthreads();
-    const float s = fmaxf(red[0], 1e-10f) / 448.f;
+    const float s = fmaxf(block_absmax(row, p.cols, red), 1e-10f) / 448.f;
     for (int i = tid; i < p.cols; i += blockDim.x)
       dst[i] = Op::from_f(round_e4m3_sat(row[i] / s));
     if (tid == 0) p.scales[r * p.groups] = s;

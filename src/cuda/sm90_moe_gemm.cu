@@ -536,8 +536,7 @@ __global__ void __launch_bounds__(384, 1)
 
 // ---- A rows in sorted order (+ fp8 quantization) ---------------------------------------------------
 __device__ __forceinline__ float block_max128(float v, float* red) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  v = warp_max(v);
   const int warp = threadIdx.x >> 5;
   __syncthreads();
   if ((threadIdx.x & 31) == 0) red[warp] = v;
@@ -620,8 +619,7 @@ __global__ void __launch_bounds__(128) sm90_gather_kernel(const Sm90Gather p) {
     const int c0 = g * 128, c1 = min(p.cols, c0 + 128);
     float mx = 0.f;
     for (int i = c0 + lane; i < c1; i += 32) mx = fmaxf(mx, fabsf(val(i)));
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+    mx = warp_max(mx);
     const float s = fmaxf(mx, 1e-10f) / 448.f;
     for (int i = c0 + lane; i < c1; i += 32) dst[i] = to_e4m3(val(i) / s);
     if (lane == 0) p.scales[static_cast<size_t>(pos) * p.groups + g] = s;

@@ -26,6 +26,7 @@
 
 #include "cuda/cuda_moe.h"
 #include "cuda/device_common.cuh"
+#include "cuda/fp4_ops.cuh"
 #include "cuda/moe_decode.cuh"
 #include "cuda/sm90_moe.cuh"
 #include "cuda/sm90_sync.cuh"
@@ -58,47 +59,6 @@ template <> struct DecFmt<WFmt::kFP8> { static constexpr int KA = 32, U = 512, S
 template <> struct DecFmt<WFmt::kU4> { static constexpr int KA = 64, U = 512, SPR = 0; };
 template <> struct DecFmt<WFmt::kNV4> { static constexpr int KA = 64, U = 512 + 64, SPR = 4; };  // + e4m3 per 16
 template <> struct DecFmt<WFmt::kMX4> { static constexpr int KA = 64, U = 512 + 32, SPR = 2; };  // + e8m0 per 32
-
-// ---- fp4 operands: the same bit tricks as moe_gemm_fp4.cu (see its header for why every value is
-//      exact): e2m1 bits placed in the operand's exponent / mantissa field are value * 2^-126
-//      (bf16) / 2^-14 (fp16); kFold (in the block scale) and kUnscale (on the fp32 sum) undo it.
-template <class Op> struct Fp4Bits;
-template <> struct Fp4Bits<BF16> {
-  static constexpr int kEmShift = 6;
-  static constexpr uint32_t kEmMask = 0x01C001C0u;
-  static constexpr uint32_t kFold = 0x5F005F00u;          // bf16 2^63
-  static constexpr float kUnscale = 9223372036854775808.f;  // 2^63
-};
-template <> struct Fp4Bits<F16> {
-  static constexpr int kEmShift = 9;
-  static constexpr uint32_t kEmMask = 0x0E000E00u;
-  static constexpr uint32_t kFold = 0x58005800u;  // fp16 2^7
-  static constexpr float kUnscale = 128.f;
-};
-// Raw operand pair P (0..3) of an int4-atom word: nibble P = first element, nibble P + 4 = second.
-template <class Op, int P>
-__device__ __forceinline__ uint32_t e2m1_raw_pair(uint32_t w) {
-  constexpr int se = Fp4Bits<Op>::kEmShift - 4 * P;
-  constexpr int ss = 12 - 4 * P;
-  uint32_t em, sg;
-  if constexpr (se >= 0) em = w << se; else em = w >> (-se);
-  if constexpr (ss >= 0) sg = w << ss; else sg = w >> (-ss);
-  return (em & Fp4Bits<Op>::kEmMask) | (sg & 0x80008000u);
-}
-// MXFP4 group scale 2^(e - 127), folded, in both halves (prepare_q bounds e for fp16).
-template <class Op>
-__device__ __forceinline__ uint32_t mx_scale_pair(uint32_t e);
-template <>
-__device__ __forceinline__ uint32_t mx_scale_pair<BF16>(uint32_t e) {
-  const uint32_t h = (e + 63u) << 7;  // 2^(e - 127) * 2^63, normal for e <= 191
-  return h | (h << 16);
-}
-template <>
-__device__ __forceinline__ uint32_t mx_scale_pair<F16>(uint32_t e) {
-  const int x = static_cast<int>(e) - 120;  // 2^(e - 127) * 2^7; x in [-8, 15]
-  const uint32_t h = x >= -14 ? static_cast<uint32_t>(x + 15) << 10 : 1u << (x + 24);
-  return h | (h << 16);
-}
 
 // 16-byte weight load: read-only path, no L1 allocation (each atom is read once; L1 keeps the
 // scales). Volatile keeps it where it is written: right after the ring slot it refills is used.

@@ -19,6 +19,7 @@
 // e2m1(qa) s_a e2m1(qw) s_w 2^c exactly (numerics.md "Products"). The per-row fp32 factors
 // (global scale; W4A4 also 1/G via the row scale) multiply the fp32 sum once in the epilogue.
 #include "cuda/device_common.cuh"
+#include "cuda/fp4_ops.cuh"
 #include "cuda/mma_tile.cuh"
 #include "cuda/moe_q.cuh"
 
@@ -41,50 +42,6 @@ constexpr int unit_bytes() {
 template <class C, WFmt F>
 constexpr int smem_bytes() {
   return C::STAGES * (C::BM * 128 + (C::BN / 16) * unit_bytes<F>()) + C::BM * 4;
-}
-
-// e2m1 codes -> operand bits: sign to bit 15, the 3 exponent/mantissa bits to the top of the
-// operand's mantissa / bottom of its exponent; that bit pattern is value * 2^-126 (bf16) or
-// value * 2^-14 (fp16), subnormal for 0.5. kFold = 2^(126 + c) / 2^(14 + c) goes into the scale.
-template <class Op> struct Fp4Traits;
-template <> struct Fp4Traits<BF16> {
-  static constexpr int kEmShift = 6;
-  static constexpr uint32_t kEmMask = 0x01C001C0u;
-  static constexpr uint32_t kFold = 0x5F005F00u;          // bf16 2^63 (c = -63)
-  static constexpr float kUnscale = 9223372036854775808.f;  // 2^63
-};
-template <> struct Fp4Traits<F16> {
-  static constexpr int kEmShift = 9;
-  static constexpr uint32_t kEmMask = 0x0E000E00u;
-  static constexpr uint32_t kFold = 0x58005800u;  // fp16 2^7 (c = -7)
-  static constexpr float kUnscale = 128.f;
-};
-
-// Raw operand pair P (0..3) of an int4-atom word: nibble P = first element, nibble P + 4 = second.
-template <class Op, int P>
-__device__ __forceinline__ uint32_t e2m1_raw_pair(uint32_t w) {
-  constexpr int se = Fp4Traits<Op>::kEmShift - 4 * P;  // nibble bits 0-2 -> the operand's EM field
-  constexpr int ss = 12 - 4 * P;                       // nibble bit 3 -> bit 15
-  uint32_t em, sg;
-  if constexpr (se >= 0) em = w << se; else em = w >> (-se);
-  if constexpr (ss >= 0) sg = w << ss; else sg = w >> (-ss);
-  return (em & Fp4Traits<Op>::kEmMask) | (sg & 0x80008000u);
-}
-
-// MXFP4 group scale 2^(e - 127) times 2^(126 + c) (bf16) / 2^(14 + c) (fp16), in both halves.
-// (NVFP4 scales: dq_fp8_pair gives two consecutive e4m3 scales exactly, times kFold.)
-template <class Op, WFmt F>
-__device__ __forceinline__ uint32_t scale_pair(uint32_t byte);
-template <>
-__device__ __forceinline__ uint32_t scale_pair<BF16, WFmt::kMX4>(uint32_t e) {
-  const uint32_t h = (e + 63u) << 7;  // 2^(e - 127) * 2^63, normal for e <= 191
-  return h | (h << 16);
-}
-template <>
-__device__ __forceinline__ uint32_t scale_pair<F16, WFmt::kMX4>(uint32_t e) {
-  const int x = static_cast<int>(e) - 120;  // 2^(e - 127) * 2^7; x in [-8, 15] (prepare_q checks)
-  const uint32_t h = x >= -14 ? static_cast<uint32_t>(x + 15) << 10 : 1u << (x + 24);
-  return h | (h << 16);
 }
 
 template <class Op, class C, WFmt F>
@@ -181,12 +138,12 @@ __global__ void __launch_bounds__(C::kThreads) moe_gemm_fp4_kernel(const GemmPar
         const int row = j * 8 + (lane >> 2);
         if constexpr (F == WFmt::kNV4) {
           const uint32_t sw = *reinterpret_cast<const uint32_t*>(unit + 512 + row * 4);  // blocks 0..3
-          sp[nt][j][0] = Op::mul2(dq_fp8_pair<Op>(sw, 0), Fp4Traits<Op>::kFold);      // (s0, s1)
-          sp[nt][j][1] = Op::mul2(dq_fp8_pair<Op>(sw, 2), Fp4Traits<Op>::kFold);      // (s2, s3)
+          sp[nt][j][0] = Op::mul2(dq_fp8_pair<Op>(sw, 0), Fp4Bits<Op>::kFold);      // (s0, s1)
+          sp[nt][j][1] = Op::mul2(dq_fp8_pair<Op>(sw, 2), Fp4Bits<Op>::kFold);      // (s2, s3)
         } else {
           const uint32_t sw = *reinterpret_cast<const uint16_t*>(unit + 512 + row * 2);  // groups 0, 1
-          sp[nt][j][0] = scale_pair<Op, F>(sw & 0xFFu);
-          sp[nt][j][1] = scale_pair<Op, F>(sw >> 8);
+          sp[nt][j][0] = mx_scale_pair<Op>(sw & 0xFFu);
+          sp[nt][j][1] = mx_scale_pair<Op>(sw >> 8);
         }
       }
     }
@@ -250,7 +207,7 @@ __global__ void __launch_bounds__(C::kThreads) moe_gemm_fp4_kernel(const GemmPar
           for (int j = 0; j < 2; ++j)
 #pragma unroll
             for (int e2 = 0; e2 < 2; ++e2)  // (rs * cs) * 2^-c: the power of two is exact
-              acc[mi][nt][j][h * 2 + e2] *= (rs * cs[nt][j][e2]) * Fp4Traits<Op>::kUnscale;
+              acc[mi][nt][j][h * 2 + e2] *= (rs * cs[nt][j][e2]) * Fp4Bits<Op>::kUnscale;
       }
   }
 

@@ -64,6 +64,22 @@ __device__ __forceinline__ int pipeline_next(int kt, int kt0, int kt1, const Loa
   return (kt - kt0) % C::STAGES;
 }
 
+// f(mi, h, nt, j, e2) for every accumulator of a warp: acc[mi][nt][j][h * 2 + e2] is m16 block mi's
+// row (lane >> 2) + 8 h, n16 column nt's column j * 8 + 2 (lane & 3) + e2.
+template <class C, class F>
+__device__ __forceinline__ void for_each_acc(const F& f) {
+#pragma unroll
+  for (int mi = 0; mi < C::MI; ++mi)
+#pragma unroll
+    for (int h = 0; h < 2; ++h)
+#pragma unroll
+      for (int nt = 0; nt < C::NT; ++nt)
+#pragma unroll
+        for (int j = 0; j < 2; ++j)
+#pragma unroll
+          for (int e2 = 0; e2 < 2; ++e2) f(mi, h, nt, j, e2);
+}
+
 // The block's outputs from the warp's fp32 sums val(mi, nt, j, c) (accumulator c of n8 half j of
 // n16 column nt, m16 row block mi; rows (lane >> 2) + 8 (c >> 1), columns 2 (lane & 3) + (c & 1)),
 // all scales already applied: GEMM1 (p.stage 1) writes act(gate, up) in the operand dtype (or adds

@@ -170,19 +170,10 @@ __global__ void __launch_bounds__(C::kThreads) moe_gemm_kernel(const GemmParams 
     // out += acc * row_scale * col_scale for the chunk that starts at k0; acc = 0. A chunk that
     // starts in the K padding has only zero products (and no scale entry): it adds nothing.
     const bool live = k0 < p.k;
-#pragma unroll
-    for (int mi = 0; mi < C::MI; ++mi)
-#pragma unroll
-      for (int h = 0; h < 2; ++h)
-#pragma unroll
-        for (int nt = 0; nt < C::NT; ++nt)
-#pragma unroll
-          for (int j = 0; j < 2; ++j)
-#pragma unroll
-            for (int e2 = 0; e2 < 2; ++e2) {
-              if (live) out[mi][nt][j][h * 2 + e2] += acc[mi][nt][j][h * 2 + e2] * (rsc[mi][h] * cs[nt][j][e2]);
-              acc[mi][nt][j][h * 2 + e2] = 0.f;
-            }
+    for_each_acc<C>([&](int mi, int h, int nt, int j, int e2) {
+      if (live) out[mi][nt][j][h * 2 + e2] += acc[mi][nt][j][h * 2 + e2] * (rsc[mi][h] * cs[nt][j][e2]);
+      acc[mi][nt][j][h * 2 + e2] = 0.f;
+    });
   };
   // next k at which the current chunk ends
   int chunk_end = (chunk_k0 / p.chunk + 1) * p.chunk;
@@ -281,16 +272,7 @@ __global__ void __launch_bounds__(C::kThreads) moe_gemm_kernel(const GemmParams 
   if constexpr (MODE == 3) {
     // one scale pair for the whole K (fp8 tensor / channel weights, token / tensor activations):
     // the exact fp32 sum is scaled once, as numerics.md's product order says
-#pragma unroll
-    for (int mi = 0; mi < C::MI; ++mi)
-#pragma unroll
-      for (int h = 0; h < 2; ++h)
-#pragma unroll
-        for (int nt = 0; nt < C::NT; ++nt)
-#pragma unroll
-          for (int j = 0; j < 2; ++j)
-#pragma unroll
-            for (int e2 = 0; e2 < 2; ++e2) acc[mi][nt][j][h * 2 + e2] *= rsc[mi][h] * cs[nt][j][e2];
+    for_each_acc<C>([&](int mi, int h, int nt, int j, int e2) { acc[mi][nt][j][h * 2 + e2] *= rsc[mi][h] * cs[nt][j][e2]; });
   }
 
   // ---- epilogue ----

@@ -20,6 +20,7 @@
 // of 64 columns), each scaled once by (row scale x column scale); whole-K scales (int channel,
 // fp8 mode 3, fp4 global scales) multiply the block's reduced fp32 sum once.
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <string>
 #include <type_traits>
@@ -52,13 +53,15 @@ constexpr int kNT = kDecodeTileN / 16;  // n16 atom columns per block; every war
 constexpr int kDepth = 4;               // atoms per column in flight per warp (register ring)
 static_assert(kDecodeRows == 8, "the token side is the n8 operand of m16n8k16");
 
-template <WFmt F> struct DecFmt;
-template <> struct DecFmt<WFmt::k16> { static constexpr int KA = 16, U = 512, SPR = 0; };
-template <> struct DecFmt<WFmt::kU8> { static constexpr int KA = 32, U = 512, SPR = 0; };
-template <> struct DecFmt<WFmt::kFP8> { static constexpr int KA = 32, U = 512, SPR = 0; };
-template <> struct DecFmt<WFmt::kU4> { static constexpr int KA = 64, U = 512, SPR = 0; };
-template <> struct DecFmt<WFmt::kNV4> { static constexpr int KA = 64, U = 512 + 64, SPR = 4; };  // + e4m3 per 16
-template <> struct DecFmt<WFmt::kMX4> { static constexpr int KA = 64, U = 512 + 32, SPR = 2; };  // + e8m0 per 32
+// Per weight format: k-columns per atom (KA), bytes per unit (U: the 512-byte atom, + the 16 rows'
+// fp4 block scales) and scale bytes per row (SPR); functions of the format so that host code with a
+// runtime format (dec90_plan) reads the same numbers.
+constexpr int dec_ka(WFmt f) { return f == WFmt::k16 ? 16 : (f == WFmt::kU8 || f == WFmt::kFP8) ? 32 : 64; }
+constexpr int dec_spr(WFmt f) { return f == WFmt::kNV4 ? 4 : f == WFmt::kMX4 ? 2 : 0; }  // e4m3 per 16 / e8m0 per 32
+constexpr int dec_unit(WFmt f) { return 512 + 16 * dec_spr(f); }
+template <WFmt F> struct DecFmt {
+  static constexpr int KA = dec_ka(F), U = dec_unit(F), SPR = dec_spr(F);
+};
 
 // 16-byte weight load: read-only path, no L1 allocation (each atom is read once; L1 keeps the
 // scales). Volatile keeps it where it is written: right after the ring slot it refills is used.
@@ -885,8 +888,7 @@ struct Dec90Plan {
 };
 Dec90Plan dec90_plan(WFmt fmt, int mode, int chunk, int kp, int ktiles_per_split, int slab_kt, int max_rows,
                      bool zero) {
-  const int KA = fmt == WFmt::kU4 || fmt == WFmt::kNV4 || fmt == WFmt::kMX4 ? 64 : fmt == WFmt::k16 ? 16 : 32;
-  const int U = fmt == WFmt::kNV4 ? 512 + 64 : fmt == WFmt::kMX4 ? 512 + 32 : 512;
+  const int KA = dec_ka(fmt), U = dec_unit(fmt);
   // a warp's slab: whole scale chunks, at least 2 atoms; 2 without chunks (a stage: 2 columns x 8
   // slabs, 16 KiB for 512-byte atoms)
   const bool per_chunk = mode == 1 && chunk < kp;
@@ -903,7 +905,6 @@ Dec90Plan dec90_plan(WFmt fmt, int mode, int chunk, int kp, int ktiles_per_split
 
 template <class Op, WFmt F, int MODE>
 void launch_one90(int slab_kt, int max_rows, const GemmParams& p, cudaStream_t s) {
-  static_assert(DecFmt<F>::U == (F == WFmt::kNV4 ? 576 : F == WFmt::kMX4 ? 544 : 512), "dec90_plan's unit sizes");
   QMOE_CHECK(p.np % kDecodeTileN == 0 && p.ktiles_per_split % slab_kt == 0 && max_rows >= 1 &&
                  max_rows <= kDecodeRows, kInternal, "moe_decode90: np ", p.np, " / ktiles_per_split ",
              p.ktiles_per_split, " / rows ", max_rows, " do not fit the tiling");
@@ -918,13 +919,23 @@ void launch_one90(int slab_kt, int max_rows, const GemmParams& p, cudaStream_t s
     QMOE_CUDA_OK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, L.total));
     smem_set = L.total;
   }
-  // one wave of blocks per K split; each walks an equal share of the (M-block, tile) items
-  int per_sm = 1;
-  QMOE_CUDA_OK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, kThreads90, L.total));
+  // one wave of blocks per K split; each walks an equal share of the (M-block, tile) items. The
+  // occupancy query runs once per shared-memory size (cached per instantiation: smem << 8 | blocks).
+  static std::atomic<int64_t> occ{-1};
+  int64_t o = occ.load(std::memory_order_relaxed);
+  if (o < 0 || (o >> 8) != L.total) {
+    int per_sm = 1;
+    QMOE_CUDA_OK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, kThreads90, L.total));
+    o = (static_cast<int64_t>(L.total) << 8) | std::min(std::max(per_sm, 1), 255);
+    occ.store(o, std::memory_order_relaxed);
+  }
   const int64_t items = static_cast<int64_t>(p.max_blocks) * (p.np / kDecodeTileN);
-  int64_t blocks = std::max<int64_t>(1, static_cast<int64_t>(std::max(per_sm, 1)) * device_sm_count() / p.splits);
-  // tests force several items per block on small layers (read per launch so a test can set it)
-  if (const char* v = std::getenv("QMOE_CUDA_DECODE90_TILES")) blocks = (items + std::max(1, std::atoi(v)) - 1) / std::max(1, std::atoi(v));
+  int64_t blocks = std::max<int64_t>(1, (o & 255) * device_sm_count() / p.splits);
+  // tests force about `v` items per block on small layers (read per launch so a test can set it)
+  if (const char* v = std::getenv("QMOE_CUDA_DECODE90_TILES")) {
+    const int64_t per = std::max(1, std::atoi(v));
+    blocks = (items + per - 1) / per;
+  }
   blocks = std::min(blocks, items);
   dim3 grid(static_cast<unsigned>(blocks), 1, p.splits);
   kern<<<grid, kThreads90, L.total, s>>>(p, slab_atoms, max_rows, dec90_stages());

@@ -30,6 +30,23 @@ inline cuda::DevBuf up(const void* p, size_t n) {
   return b;
 }
 
+// The layer every scheme sweep of tests/cuda runs: E = 12 experts (not a power of two), top-4,
+// H = 776 (K of GEMM1 not a multiple of 64, N of GEMM2 not a multiple of 16), I = 200, SiLU-mul;
+// the scheme's weights from `seed`, prepared for the device.
+struct SweepLayer {
+  static constexpr int E = 12, k = 4, H = 776, I = 200;
+  ExpertWeights w;
+  cuda::DevExperts ex;
+  MoeConfig cfg;
+};
+inline SweepLayer sweep_layer(const ref::SchemeSpec& spec, uint64_t seed) {
+  SweepLayer l;
+  l.w = make_weights(spec, SweepLayer::E, SweepLayer::H, SweepLayer::I, seed);
+  l.ex = cuda::prepare(l.w, Activation::kSiluMul);
+  l.cfg = config(SweepLayer::E, SweepLayer::k);
+  return l;
+}
+
 // The device entry on host inputs, output and workspace poisoned (0xFF bytes = NaN), so a stale
 // workspace or an unwritten output element fails the comparison.
 inline Tensor run_device(const cuda::DevExperts& ex, const cuda::DevExperts* sh, const Tensor& x, const Routing& r,

@@ -142,10 +142,11 @@ class DecodeSweep : public ::testing::TestWithParam<int> {};
 TEST_P(DecodeSweep, MatchesReferenceAtSmallM) {
   SKIP_WITHOUT_GPU();
   const Case c = decode_schemes()[GetParam()];
-  const int E = 12, k = 4, H = 776, I = 200;
-  ExpertWeights w = make_weights(c.spec, E, H, I, 3000 + GetParam());
-  cuda::DevExperts ex = cuda::prepare(w, Activation::kSiluMul);
-  const MoeConfig cfg = config(E, k);
+  const test::SweepLayer l = test::sweep_layer(c.spec, 3000 + GetParam());
+  const ExpertWeights& w = l.w;
+  const cuda::DevExperts& ex = l.ex;
+  const MoeConfig& cfg = l.cfg;
+  const int E = l.E, k = l.k, H = l.H;
   uint64_t seed = 313 * GetParam();
   for (int64_t m : {1, 2, 3, 5, 8}) {
     Tensor x = test::random_tensor(w.act_dtype, {m, H}, ++seed);

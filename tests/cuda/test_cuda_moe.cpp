@@ -134,10 +134,11 @@ class SchemeSweep : public ::testing::TestWithParam<int> {};
 TEST_P(SchemeSweep, MatchesReferenceForEveryM) {
   SKIP_WITHOUT_GPU();
   const Case c = all_schemes()[GetParam()];
-  const int E = 12, k = 4, H = 776, I = 200;
-  ExpertWeights w = make_weights(c.spec, E, H, I, 1000 + GetParam());
-  cuda::DevExperts ex = cuda::prepare(w, Activation::kSiluMul);
-  const MoeConfig cfg = config(E, k);
+  const test::SweepLayer l = test::sweep_layer(c.spec, 1000 + GetParam());
+  const ExpertWeights& w = l.w;
+  const cuda::DevExperts& ex = l.ex;
+  const MoeConfig& cfg = l.cfg;
+  const int E = l.E, k = l.k, H = l.H;
   uint64_t seed = 77 * GetParam();
   const bool gidx = w.w13.g_idx.defined();
   const ExpertWeights base = gidx ? rounded_dense(w) : ExpertWeights();

@@ -96,10 +96,11 @@ class QSchemeSweep : public ::testing::TestWithParam<int> {};
 TEST_P(QSchemeSweep, MatchesReferenceForEveryM) {
   SKIP_WITHOUT_GPU();
   const Case c = q_schemes()[GetParam()];
-  const int E = 12, k = 4, H = 776, I = 200;
-  ExpertWeights w = make_weights(c.spec, E, H, I, 2000 + GetParam());
-  cuda::DevExperts ex = cuda::prepare(w, Activation::kSiluMul);
-  const MoeConfig cfg = config(E, k);
+  const test::SweepLayer l = test::sweep_layer(c.spec, 2000 + GetParam());
+  const ExpertWeights& w = l.w;
+  const cuda::DevExperts& ex = l.ex;
+  const MoeConfig& cfg = l.cfg;
+  const int E = l.E, k = l.k, H = l.H;
   const Tol tol = tol_for(w);
   uint64_t seed = 91 * GetParam();
   for (int64_t m : {1, 3, 16, 64, 257, 1024}) {

@@ -87,27 +87,21 @@ __device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], uint32_t addr) {
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(addr));
 }
-__device__ __forceinline__ void ldsm_x2(uint32_t (&r)[2], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n" : "=r"(r[0]), "=r"(r[1]) : "r"(addr));
-}
 
 // ---- per-atom pieces shared by both decode kernels -------------------------------------------------
 // Token (B) fragments of an atom's SS k16 steps from the staged rows ({k 2t..2t+1, k 2t+8..2t+9} of
 // row g), xa = this lane's ldmatrix address at the atom's first column.
 template <int SS>
 __device__ __forceinline__ void load_token_frags(uint32_t (&xb)[SS][2], uint32_t xa) {
-  if constexpr (SS == 1) {
-    ldsm_x2(xb[0], xa);
-  } else {
+  static_assert(SS % 2 == 0, "atoms of 32 or 64 k-columns");
 #pragma unroll
-    for (int q = 0; q < SS / 2; ++q) {
-      uint32_t r4[4];
-      ldsm_x4(r4, xa + q * 64);
-      xb[2 * q][0] = r4[0];
-      xb[2 * q][1] = r4[1];
-      xb[2 * q + 1][0] = r4[2];
-      xb[2 * q + 1][1] = r4[3];
-    }
+  for (int q = 0; q < SS / 2; ++q) {
+    uint32_t r4[4];
+    ldsm_x4(r4, xa + q * 64);
+    xb[2 * q][0] = r4[0];
+    xb[2 * q][1] = r4[1];
+    xb[2 * q + 1][0] = r4[2];
+    xb[2 * q + 1][1] = r4[3];
   }
 }
 // fp4 block scales of rows g / g + 8 of a unit (sw[j] = the raw e4m3 quad / e8m0 pair of row
@@ -132,9 +126,7 @@ __device__ __forceinline__ void fp4_scale_pairs(const uint32_t (&sw)[2], uint32_
 template <class Op, WFmt F>
 __device__ __forceinline__ void atom_a_frag(const uint32_t (&wv)[4], int ss, const uint32_t (&zmagic)[2],
                                             const float (&zf)[2], const uint32_t (&sp)[2][2], uint32_t (&af)[4]) {
-  if constexpr (F == WFmt::k16) {
-    af[0] = wv[0]; af[1] = wv[2]; af[2] = wv[1]; af[3] = wv[3];
-  } else if constexpr (F == WFmt::kU4) {
+  if constexpr (F == WFmt::kU4) {
     af[0] = dq_u4_pair<Op>(wv[ss], 0, zmagic[0]);
     af[1] = dq_u4_pair<Op>(wv[ss], 2, zmagic[1]);
     af[2] = dq_u4_pair<Op>(wv[ss], 1, zmagic[0]);

@@ -19,7 +19,45 @@
   } while (0)
 #define QMOE_CUDA_LAUNCH_OK() QMOE_CUDA_OK(cudaGetLastError())
 
+namespace qmoe::cuda {
+// Programmatic dependent launch (sm_90 and up; QMOE_CUDA_PDL=0 turns it off): the layer's kernels
+// after the first are launched so that each may start while its predecessor finishes (CUDA graphs
+// keep the programmatic edges); every such kernel calls dev::pdl_wait() before it reads what an
+// earlier kernel wrote or writes what one reads, and dev::pdl_trigger() after that wait, so a
+// kernel that starts early finds everything two launches back complete.
+bool pdl_enabled();
+// kern<<<grid, block, smem, s>>>(args...), with the programmatic-serialization attribute when `pdl`
+// and pdl_enabled().
+template <class... KArgs, class... Args>
+void launch_kernel(void (*kern)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, bool pdl,
+                   Args&&... args) {
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = grid;
+  cfg.blockDim = block;
+  cfg.dynamicSmemBytes = smem;
+  cfg.stream = s;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = pdl && pdl_enabled() ? 1 : 0;
+  QMOE_CUDA_OK(cudaLaunchKernelEx(&cfg, kern, static_cast<KArgs>(args)...));
+}
+}  // namespace qmoe::cuda
+
 namespace qmoe::cuda::dev {
+
+// griddepcontrol (launch_kernel above): no-ops for a kernel launched without the attribute.
+__device__ __forceinline__ void pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void pdl_trigger() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
 
 // ---- operand types ---------------------------------------------------------------------------
 struct BF16 {

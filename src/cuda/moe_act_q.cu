@@ -22,6 +22,8 @@ __global__ void act_prep_q_kernel(const ActPrep p) {
   using T = typename Op::T;
   extern __shared__ float row[];  // [cols]
   __shared__ float red[32];
+  pdl_wait();
+  pdl_trigger();
   const int64_t r = blockIdx.x;
   const int tid = threadIdx.x;
   int e = 0;  // local expert of the slot (NVFP4: whose static multiplier quantizes the row)
@@ -78,8 +80,7 @@ void launch_act_prep_q(bool f16, const ActPrep& p, cudaStream_t s) {
   auto go = [&](auto kern) {
     if (smem > 48 * 1024)
       QMOE_CUDA_OK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-    kern<<<static_cast<unsigned>(p.rows), 256, smem, s>>>(p);
-    QMOE_CUDA_LAUNCH_OK();
+    launch_kernel(kern, dim3(static_cast<unsigned>(p.rows)), dim3(256), smem, s, true, p);
   };
   if (f16) go(act_prep_q_kernel<F16>);
   else go(act_prep_q_kernel<BF16>);

@@ -246,6 +246,8 @@ __global__ void __launch_bounds__(kThreads) moe_decode_kernel(const GemmParams p
   constexpr bool kFp4 = SPR > 0;
   constexpr bool kInt = F == WFmt::kU4 || F == WFmt::kU8;
   extern __shared__ __align__(16) uint8_t smem[];
+  pdl_wait();  // launch_kernel: may start while the previous kernel finishes
+  pdl_trigger();
 
   const int mb = blockIdx.x, nb = blockIdx.y, split = blockIdx.z;
   if (mb * kDecodeRows >= *p.num_post) return;
@@ -505,6 +507,18 @@ __global__ void __launch_bounds__(kThreads) moe_decode_kernel(const GemmParams p
 // the limit. QMOE_CUDA_DECODE90_STAGES (2..8) overrides it for measurements.
 constexpr int kStages90 = 2;
 constexpr int kMaxStages90 = 8;
+
+// Ring cursor: the slot and the parity of its current phase, advanced without a division.
+struct RingPos {
+  int slot = 0;
+  uint32_t phase = 0;
+  __device__ __forceinline__ void next(int stages) {
+    if (++slot == stages) {
+      slot = 0;
+      phase ^= 1u;
+    }
+  }
+};
 constexpr int kThreads90 = 32 * (kDecodeWarps + 1);
 
 // Shared-memory layout of one block (host and device agree through this function).
@@ -534,7 +548,17 @@ __device__ __forceinline__ void cp_async4(void* smem, const void* gmem) {
 // the fp8 rows (one scale pair for K) up to 10% faster; fp4 rows are even; fp8 with scale chunks
 // would spill at 3.
 template <WFmt F, int MODE>
-constexpr int dec90_min_blocks() { return F == WFmt::kFP8 && MODE == 3 ? 3 : 2; }
+constexpr int dec90_min_blocks() {
+#ifdef QMOE_D90_MINB  // experiment builds
+  return QMOE_D90_MINB;
+#else
+  return F == WFmt::kFP8 && MODE == 3 ? 3 : 2;
+#endif
+}
+#ifndef QMOE_D90_UNROLL
+#define QMOE_D90_UNROLL 2
+#endif
+constexpr int kD90Unroll = QMOE_D90_UNROLL;
 
 template <class Op, WFmt F, int MODE>
 __global__ void __launch_bounds__(kThreads90, dec90_min_blocks<F, MODE>())
@@ -549,17 +573,40 @@ __global__ void __launch_bounds__(kThreads90, dec90_min_blocks<F, MODE>())
 
   // ---- this block's items: (M-block, 32-column tile) pairs of the used M-blocks, M-block-major,
   //      a contiguous share of them per block (one wave of blocks per K split)
+  // programmatic dependent launch: the weights never depend on the previous kernel, the expert ids
+  // and M-block count do unless p.ids_ready (then the producer streams before the previous kernel
+  // ends); the consumers wait before they read the rows (below). Every block waits before it exits.
+  if (!p.ids_ready) pdl_wait();
   const int split = blockIdx.z;
   const int ntiles = p.np / kDecodeTileN;
   const int nmb = min(p.max_blocks, (*p.num_post + kDecodeRows - 1) / kDecodeRows);
   const int total = nmb * ntiles;
   const int per = (total + gridDim.x - 1) / gridDim.x;
   const int item0 = blockIdx.x * per, item1 = min(total, item0 + per);
-  if (item0 >= item1) return;
+  if (item0 >= item1) {
+    pdl_wait();
+    return;
+  }
+  // cursor over the items: index and (M-block, tile), advanced without divisions (ncu: the integer
+  // divisions of the item and stage bookkeeping were ~15% of the consumers' instructions)
+  struct Item {
+    int it, mb, nb;
+  };
+  const auto step = [ntiles](Item& c) {
+    ++c.it;
+    if (++c.nb == ntiles) {
+      c.nb = 0;
+      ++c.mb;
+    }
+  };
+  const Item first{item0, item0 / ntiles, item0 % ntiles};
   const int ktiles = p.kp / 64;
   const int kt0 = split * p.ktiles_per_split;
   const int kt1 = min(ktiles, kt0 + p.ktiles_per_split);
-  if (kt0 >= kt1) return;
+  if (kt0 >= kt1) {
+    pdl_wait();
+    return;
+  }
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int kbase = kt0 * 64;
   const int natoms = (kt1 - kt0) * APK;         // atoms per column in the block's K range
@@ -594,14 +641,13 @@ __global__ void __launch_bounds__(kThreads90, dec90_min_blocks<F, MODE>())
   if (warp == kDecodeWarps) {  // ---- producer: one bulk copy per column per stage, item after item
     // (the 32 lanes issuing 16-byte cp.async instead measured the same on the H200)
     if (lane == 0) {
-      int gs = 0;  // stage count over the block's items
-      for (int it = item0; it < item1; ++it) {
-        const int mb = it / ntiles, nb = it - mb * ntiles;
-        const int e = p.expert_ids[mb];
+      RingPos rp;  // over the block's items
+      for (Item c = first; c.it < item1; step(c)) {
+        const int e = p.expert_ids[c.mb], nb = c.nb;
         if (e < 0) continue;  // expert on another rank: its slots stay zero (pre-cleared)
-        for (int st = 0; st < nst; ++st, ++gs) {
-          const int slot = gs % stages;
-          mbar_wait(&empty[slot], ((gs / stages) & 1) ^ 1);
+        for (int st = 0; st < nst; ++st, rp.next(stages)) {
+          const int slot = rp.slot;
+          mbar_wait_parked(&empty[slot], rp.phase ^ 1u);
           const int a0 = st * per_stage;
           const int n = min(per_stage, natoms - a0);
           mbar_expect_tx(&full[slot], kNT * n * U);
@@ -618,6 +664,8 @@ __global__ void __launch_bounds__(kThreads90, dec90_min_blocks<F, MODE>())
   }
 
   // ---- consumers
+  pdl_wait();  // the rows (and row scales) come from the previous kernel
+  pdl_trigger();
   constexpr int kCT = kDecodeWarps * 32;  // consumer threads
   const int krange = (kt1 - kt0) * 64;
   const int xstride = krange_alloc * 2 + 16;
@@ -652,42 +700,41 @@ __global__ void __launch_bounds__(kThreads90, dec90_min_blocks<F, MODE>())
       }
     }
   };
-  // column scales (per chunk) and zero points of tile nb of expert e into buffer `buf`
+  // column scales (per chunk) and zero points of tile nb of expert e into buffer `buf`. Thread tid
+  // covers row r = tid & 31 of the tile (its offsets once per item) and chunks tid / 32, + 8, ...;
+  // a chunk's weight group by idx_of (chunk starts are multiples of 16), no integer division.
+  static_assert(kCT % 32 == 0, "a thread keeps its tile row");
+  const float inv_kchunk = p.kchunk > 0 ? 1.f / static_cast<float>(p.kchunk) : 0.f;
+  const auto idx_of = [](int k0, float inv) { return static_cast<int>(static_cast<float>(k0 + 8) * inv); };
   auto stage_tile = [&](int e, int nb, int buf) {
-    for (int idx = tid; idx < nchb * 32; idx += kCT) {
-      const int c = idx >> 5, r = idx & 31;
+    const int r = tid & 31;
+    const int orow = orig_row(p, (nb * kNT + (r >> 4)) * 16 + (r & 15));
+    const bool live = orow < p.n;
+    const int scol = live ? (p.n_div == 1 ? orow : orow / p.n_div) : 0;
+    const float* csrc = p.col_scale + static_cast<size_t>(e) * p.kg * p.nsc + scol;
+    for (int c = tid >> 5; c < nchb; c += kCT / 32) {
       const int k0 = kbase + c * p.chunk;
-      const int orow = orig_row(p, (nb * kNT + (r >> 4)) * 16 + (r & 15));
       float* dst = sCS + (buf * nch + c) * 32 + r;
-      if (k0 >= p.k || orow >= p.n) {
-        *dst = 0.f;
-      } else {
-        const int gi = p.kchunk > 0 ? min(k0 / p.kchunk, p.kg - 1) : 0;
-        cp_async4(dst, p.col_scale + (static_cast<size_t>(e) * p.kg + gi) * p.nsc +
-                           (p.n_div == 1 ? orow : orow / p.n_div));
-      }
+      if (k0 >= p.k || !live) *dst = 0.f;
+      else cp_async4(dst, csrc + static_cast<size_t>(min(idx_of(k0, inv_kchunk), p.kg - 1)) * p.nsc);
     }
     if (hz) {
       const int nz = per_chunk ? nchb : 1;
-      for (int idx = tid; idx < nz * 32; idx += kCT) {
-        const int c = idx >> 5, r = idx & 31;
-        const int k0 = kbase + c * p.chunk;
-        const int orow = orig_row(p, (nb * kNT + (r >> 4)) * 16 + (r & 15));
+      const float* zsrc = p.zero + static_cast<size_t>(e) * p.kg * p.n + orow;
+      for (int c = tid >> 5; c < nz; c += kCT / 32) {
         float* dst = sZ + (buf * nzch + c) * 32 + r;
-        if (orow >= p.n) {
-          *dst = zsym;
-        } else {
-          const int gi = per_chunk && p.kchunk > 0 ? min(k0 / p.kchunk, p.kg - 1) : 0;
-          cp_async4(dst, p.zero + (static_cast<size_t>(e) * p.kg + gi) * p.n + orow);
+        if (!live) *dst = zsym;
+        else {
+          const int gi = per_chunk && p.kchunk > 0 ? min(idx_of(kbase + c * p.chunk, inv_kchunk), p.kg - 1) : 0;
+          cp_async4(dst, zsrc + static_cast<size_t>(gi) * p.n);
         }
       }
     }
   };
-  // the next item of this block with a local expert, from `it` on (item1 when none)
-  auto next_live = [&](int it) {
-    for (; it < item1; ++it)
-      if (p.expert_ids[it / ntiles] >= 0) break;
-    return it;
+  // the next item of this block with a local expert, from c on (c.it == item1 when none)
+  auto next_live = [&](Item c) {
+    while (c.it < item1 && p.expert_ids[c.mb] < 0) step(c);
+    return c;
   };
 
   const int g = lane >> 2, t = lane & 3;
@@ -695,21 +742,26 @@ __global__ void __launch_bounds__(kThreads90, dec90_min_blocks<F, MODE>())
   const int fs = per_chunk ? p.chunk / 16 : 1 << 30;  // k16 steps per scale chunk
   const bool fine = per_chunk && fs % SS != 0;         // chunks end inside atoms (int4 groups of 32)
   const bool coarse = per_chunk && !fine;
+  const bool unit_rs = p.row_scale == nullptr && p.in_scale == nullptr;
   int cur_mb = -1, nvalid = 0;
   const int32_t* rows = p.sorted_ids;
   int tok_arow[2] = {-1, -1};
   uint32_t xlane = 0;
-  int gs = 0;  // stage count over the block's items (as the producer's)
-  int it = next_live(item0);
-  if (it < item1) {
-    stage_tile(p.expert_ids[it / ntiles], it % ntiles, 0);
+  // chunks per slab (a slab holds whole chunks): a slab's first chunk without a division
+  const int cps = per_chunk ? slab_atoms * KA / p.chunk : 0;
+  RingPos rp;  // over the block's items (as the producer's)
+  Item cur = next_live(first);
+  if (cur.it < item1) {
+    stage_tile(p.expert_ids[cur.mb], cur.nb, 0);
     cp_async_commit();
   }
-  for (int ti = 0; it < item1; ++ti) {
-    const int mb = it / ntiles, nb = it - mb * ntiles;
+  for (int ti = 0; cur.it < item1; ++ti) {
+    const int mb = cur.mb, nb = cur.nb;
     const int e = p.expert_ids[mb];
     const int buf = ti & 1;
-    const int nxt = next_live(it + 1);
+    Item nxt = cur;
+    step(nxt);
+    nxt = next_live(nxt);
     if (mb != cur_mb) {  // a new M-block: its rows and row scales (the previous ones are no longer read)
       cur_mb = mb;
       rows = p.sorted_ids + mb * kDecodeRows;
@@ -724,7 +776,7 @@ __global__ void __launch_bounds__(kThreads90, dec90_min_blocks<F, MODE>())
       xlane = smem_u32(sA) + ((lane & 7) < nvalid ? (lane & 7) : 0) * xstride + (lane >> 3) * 16;
       cp_async_commit();
     }
-    if (nxt < item1) stage_tile(p.expert_ids[nxt / ntiles], nxt % ntiles, buf ^ 1);
+    if (nxt.it < item1) stage_tile(p.expert_ids[nxt.mb], nxt.nb, buf ^ 1);
     cp_async_commit();
     cp_async_wait<1>();  // everything but the next item's scales: this item's scales, the rows
     asm volatile("bar.sync 1, %0;\n" ::"r"(kCT) : "memory");
@@ -756,14 +808,24 @@ __global__ void __launch_bounds__(kThreads90, dec90_min_blocks<F, MODE>())
       for (int c = 0; c < 4; ++c) acc[nt][0][c] = acc[nt][1][c] = out[nt][c] = 0.f;
     int ci = 0, cnt = 0;  // chunk (block-relative) and its k16 steps so far
     auto flush = [&]() {
-      const float r0 = sRS[ci * kDecodeRows + 2 * t], r1 = sRS[ci * kDecodeRows + 2 * t + 1];
+      // unit row scales (no activation scales: W4A16, W8A16): r * c == c exactly, and padding
+      // tokens (row scale 0) are dropped by the epilogue, so the row-scale product is skipped
+      const float r0 = unit_rs ? 1.f : sRS[ci * kDecodeRows + 2 * t];
+      const float r1 = unit_rs ? 1.f : sRS[ci * kDecodeRows + 2 * t + 1];
 #pragma unroll
       for (int nt = 0; nt < kNT; ++nt) {
         const float c0 = cs[ci * 32 + nt * 16 + g], c1 = cs[ci * 32 + nt * 16 + 8 + g];
-        out[nt][0] += (acc[nt][0][0] + acc[nt][1][0]) * (r0 * c0);
-        out[nt][1] += (acc[nt][0][1] + acc[nt][1][1]) * (r1 * c0);
-        out[nt][2] += (acc[nt][0][2] + acc[nt][1][2]) * (r0 * c1);
-        out[nt][3] += (acc[nt][0][3] + acc[nt][1][3]) * (r1 * c1);
+        if (unit_rs) {
+          out[nt][0] += (acc[nt][0][0] + acc[nt][1][0]) * c0;
+          out[nt][1] += (acc[nt][0][1] + acc[nt][1][1]) * c0;
+          out[nt][2] += (acc[nt][0][2] + acc[nt][1][2]) * c1;
+          out[nt][3] += (acc[nt][0][3] + acc[nt][1][3]) * c1;
+        } else {
+          out[nt][0] += (acc[nt][0][0] + acc[nt][1][0]) * (r0 * c0);
+          out[nt][1] += (acc[nt][0][1] + acc[nt][1][1]) * (r1 * c0);
+          out[nt][2] += (acc[nt][0][2] + acc[nt][1][2]) * (r0 * c1);
+          out[nt][3] += (acc[nt][0][3] + acc[nt][1][3]) * (r1 * c1);
+        }
 #pragma unroll
         for (int c = 0; c < 4; ++c) acc[nt][0][c] = acc[nt][1][c] = 0.f;
       }
@@ -771,18 +833,18 @@ __global__ void __launch_bounds__(kThreads90, dec90_min_blocks<F, MODE>())
       ++ci;
     };
 
-    for (int st = 0; st < nst; ++st, ++gs) {
-      const int slot = gs % stages;
+    for (int st = 0; st < nst; ++st, rp.next(stages)) {
+      const int slot = rp.slot;
       const int a0 = st * per_stage + kj * slab_atoms;  // first atom of this warp's slab (block-relative)
       const int na = min(slab_atoms, natoms - a0);
-      mbar_wait(&full[slot], (gs / stages) & 1);
+      mbar_wait(&full[slot], rp.phase);
       if (na > 0) {
         const uint8_t* wst = sW + slot * stage_bytes + kj * slab_atoms * U;  // column nt: + nt * per_stage * U
         if (per_chunk) {
-          ci = (a0 * KA) / p.chunk;  // slabs start on chunk boundaries
+          ci = (st * kDecodeWarps + kj) * cps;  // = a0 * KA / chunk: slabs start on chunk boundaries
           if (hz) set_zero(ci);
         }
-#pragma unroll 2
+#pragma unroll kD90Unroll
         for (int i = 0; i < na; ++i) {
           uint32_t wv[kNT][4];
           uint32_t sp[kNT][2][2];  // fp4 block scales of rows g / g + 8, folded
@@ -843,7 +905,7 @@ __global__ void __launch_bounds__(kThreads90, dec90_min_blocks<F, MODE>())
     // no barrier here: the next item's first barrier orders the epilogue's reads of `red` before
     // its writes, and every warp has left this item's main loop (the last reader of the rows, row
     // scales and this buffer of column scales) before anyone restages them
-    it = nxt;
+    cur = nxt;
   }
 #endif
 }
@@ -862,22 +924,23 @@ void launch_one(int slab_kt, const GemmParams& p, cudaStream_t s) {
     smem_set = smem;
   }
   dim3 grid(p.max_blocks, p.np / kDecodeTileN, p.splits);
-  kern<<<grid, kThreads, smem, s>>>(p, slab_kt);
-  QMOE_CUDA_LAUNCH_OK();
+  launch_kernel(kern, grid, dim3(kThreads), smem, s, true, p, slab_kt);
 }
 
-int dec90_stages() {
+// Atoms per warp slab and the shared memory of one block of the sm_90 kernel for this GEMM.
+struct Dec90Plan {
+  int slab_atoms = 0, stages = kStages90;
+  Dec90Smem L;
+};
+// Deepest ring (up to kStages90, or QMOE_CUDA_DECODE90_STAGES for measurements) that still lets
+// two blocks share an SM.
+int dec90_max_stages() {
   static const int v = std::getenv("QMOE_CUDA_DECODE90_STAGES")
                            ? std::min(kMaxStages90, std::max(2, std::atoi(std::getenv("QMOE_CUDA_DECODE90_STAGES"))))
                            : kStages90;
   return v;
 }
-
-// Atoms per warp slab and the shared memory of one block of the sm_90 kernel for this GEMM.
-struct Dec90Plan {
-  int slab_atoms = 0;
-  Dec90Smem L;
-};
+constexpr bool dec90_two_fit(int smem) { return 2 * (smem + 1024) <= 228 * 1024; }
 Dec90Plan dec90_plan(WFmt fmt, int mode, int chunk, int kp, int ktiles_per_split, int slab_kt, int max_rows,
                      bool zero) {
   const int KA = dec_ka(fmt), U = dec_unit(fmt);
@@ -890,8 +953,10 @@ Dec90Plan dec90_plan(WFmt fmt, int mode, int chunk, int kp, int ktiles_per_split
   const int krange = ktiles_per_split * 64;
   const int nch = per_chunk ? (krange + chunk - 1) / chunk : 0;
   const bool hz = (fmt == WFmt::kU4 || fmt == WFmt::kU8) && zero;
-  d.L = dec90_smem(dec90_stages(), kNT * kDecodeWarps * d.slab_atoms * U, max_rows, krange, nch,
-                   hz ? (per_chunk ? nch : 1) : 0);
+  const int stage_bytes = kNT * kDecodeWarps * d.slab_atoms * U, nzch = hz ? (per_chunk ? nch : 1) : 0;
+  for (d.stages = dec90_max_stages(); d.stages > 2; --d.stages)
+    if (dec90_two_fit(dec90_smem(d.stages, stage_bytes, max_rows, krange, nch, nzch).total)) break;
+  d.L = dec90_smem(d.stages, stage_bytes, max_rows, krange, nch, nzch);
   return d;
 }
 
@@ -904,6 +969,8 @@ void launch_one90(int slab_kt, int max_rows, const GemmParams& p, cudaStream_t s
   const Dec90Smem& L = d.L;
   const int slab_atoms = d.slab_atoms;
   const int krange = p.ktiles_per_split * 64;
+  QMOE_CHECK(!(MODE == 1 && p.chunk < p.kp) || (slab_atoms * DecFmt<F>::KA) % p.chunk == 0, kInternal,
+             "moe_decode90: a slab of ", slab_atoms, " atoms does not hold whole scale chunks of ", p.chunk);
   QMOE_CHECK(L.total <= 227 * 1024, kInternal, "moe_decode90: K range ", krange, " per block is too long");
   auto kern = moe_decode90_kernel<Op, F, MODE>;
   static int smem_set = 48 * 1024;  // per instantiation; benign if two threads race (both set enough)
@@ -930,8 +997,7 @@ void launch_one90(int slab_kt, int max_rows, const GemmParams& p, cudaStream_t s
   }
   blocks = std::min(blocks, items);
   dim3 grid(static_cast<unsigned>(blocks), 1, p.splits);
-  kern<<<grid, kThreads90, L.total, s>>>(p, slab_atoms, max_rows, dec90_stages());
-  QMOE_CUDA_LAUNCH_OK();
+  launch_kernel(kern, grid, dim3(kThreads90), L.total, s, true, p, slab_atoms, max_rows, d.stages);
 }
 
 template <class Op, bool SM90>
@@ -974,7 +1040,7 @@ bool decode90_use(WFmt fmt, int mode, int chunk, int kp, int ktiles_per_split, i
   const Dec90Plan d = dec90_plan(fmt, mode, chunk, kp, ktiles_per_split, slab_ktiles, max_rows, zero);
   if (d.L.total > 227 * 1024) return false;
   static const bool force = std::getenv("QMOE_CUDA_DECODE90") && std::string(std::getenv("QMOE_CUDA_DECODE90")) == "2";
-  return force || 2 * (d.L.total + 1024) <= 228 * 1024;  // QMOE_CUDA_DECODE90=2: wherever it fits (measurements)
+  return force || dec90_two_fit(d.L.total);  // QMOE_CUDA_DECODE90=2: wherever it fits (measurements)
 }
 
 void launch_moe_decode(bool f16, WFmt fmt, int mode, int slab_ktiles, int max_rows, bool sm90, const GemmParams& p,

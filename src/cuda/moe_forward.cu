@@ -25,6 +25,18 @@ int device_sm_count() {
   return n;
 }
 
+bool pdl_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("QMOE_CUDA_PDL");
+    if (v != nullptr && v[0] == '0') return false;
+    int dev = 0, major = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) return false;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) return false;
+    return major >= 9;
+  }();
+  return on;
+}
+
 bool device_present(std::string* why) {
   int n = 0;
   cudaError_t e = cudaGetDeviceCount(&n);
@@ -395,6 +407,12 @@ void run_experts(const DevExperts& ex, const ExpertsPlan& pl, const void* x, con
   const bool f16 = ex.act == DType::kF16;
   const int H = ex.hidden, I = ex.intermediate;
   const int qa = quant_code(ex.act_quant);
+  // the split-K sums and GEMM2's output start at zero; cleared first so that the kernels after
+  // align follow each other directly (programmatic dependent launch, device_common.cuh)
+  if (pl.c1.splits > 1)
+    QMOE_CUDA_OK(cudaMemsetAsync(pl.partial, 0, static_cast<size_t>(pl.numel) * ex.w13.np * 4, s));
+  if (pl.c2.splits > 1 || emap != nullptr)
+    QMOE_CUDA_OK(cudaMemsetAsync(pl.o, 0, static_cast<size_t>(pl.numel) * H * 4, s));
   launch_align(topk_ids, static_cast<int>(pl.numel), emap, ex.num_experts, pl.bm, pl.cap, pl.sorted, pl.eids,
                pl.npost, s);
   // ---- GEMM1 operand rows
@@ -439,10 +457,11 @@ void run_experts(const DevExperts& ex, const ExpertsPlan& pl, const void* x, con
   g1.out = pl.h;
   g1.ldo = I;
   if (pl.c1.splits > 1) {
-    QMOE_CUDA_OK(cudaMemsetAsync(pl.partial, 0, static_cast<size_t>(pl.numel) * ex.w13.np * 4, s));
     g1.partial = pl.partial;
     g1.bias = nullptr;  // added by act_finish
   }
+  // align's outputs are complete once the kernel before GEMM1 has waited: true when act_prep ran
+  g1.ids_ready = pl.prep_a ? 1 : 0;
   if (pl.dec) {
     g1.ktiles_per_split = pl.d1.ktiles_per_split;
     launch_moe_decode(f16, ex.fmt, mode_of(ex.w13, ex.act_quant), pl.d1.slab_ktiles, pl.dec_rows, pl.dec90_1, g1, s);
@@ -489,8 +508,7 @@ void run_experts(const DevExperts& ex, const ExpertsPlan& pl, const void* x, con
   g2.out = pl.o;
   g2.ldo = H;
   g2.topk_w = on_input ? nullptr : topk_w;
-  if (pl.c2.splits > 1 || emap != nullptr)
-    QMOE_CUDA_OK(cudaMemsetAsync(pl.o, 0, static_cast<size_t>(pl.numel) * H * 4, s));
+  g2.ids_ready = 1;  // GEMM1 (at least) lies between align and GEMM2
   if (pl.dec) {
     g2.ktiles_per_split = pl.d2.ktiles_per_split;
     launch_moe_decode(f16, ex.fmt, mode_of(ex.w2, ex.act_quant), pl.d2.slab_ktiles, pl.dec_rows, pl.dec90_2, g2, s);

@@ -53,6 +53,8 @@ __global__ void __launch_bounds__(C::kThreads) moe_gemm_kernel(const GemmParams 
   constexpr int ATOMS = 64 / KA;
   constexpr int A_BYTES = C::BM * 128;
   constexpr int B_BYTES = (C::BN / 16) * ATOMS * 512;
+  pdl_wait();  // launch_kernel: may start while the previous kernel finishes
+  pdl_trigger();
   extern __shared__ __align__(16) uint8_t smem[];
   uint8_t* sA = smem;
   uint8_t* sB = smem + C::STAGES * A_BYTES;
@@ -293,8 +295,7 @@ void launch_one(const GemmParams& p, cudaStream_t s) {
     attr_set = true;
   }
   dim3 grid(p.max_blocks, (p.np + C::BN - 1) / C::BN, p.splits);
-  kern<<<grid, C::kThreads, smem, s>>>(p);
-  QMOE_CUDA_LAUNCH_OK();
+  launch_kernel(kern, grid, dim3(C::kThreads), smem, s, true, p);
 }
 
 template <class Op, class C>

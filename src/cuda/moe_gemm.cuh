@@ -35,6 +35,7 @@ struct GemmParams {
   int rs_groups = 1, rs_kchunk = 0; // rs_kchunk: k-columns per row-scale group (0 = whole row)
   const float* in_scale = nullptr;  // fp8 static: one scale per expert (A quantized with it)
   int chunk = 1 << 30;              // accumulation chunk along K (multiple of 16)
+  int ids_ready = 0;               // expert ids / num_post complete before pdl_wait (decode90 streams early)
   int splits = 1, ktiles_per_split = 0;
   // epilogue
   int stage = 1;                    // 1: GEMM1 + activation, 2: GEMM2 + router weight

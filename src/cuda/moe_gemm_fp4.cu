@@ -49,6 +49,8 @@ __global__ void __launch_bounds__(C::kThreads) moe_gemm_fp4_kernel(const GemmPar
   constexpr int U = unit_bytes<F>();
   constexpr int A_BYTES = C::BM * 128;
   constexpr int B_BYTES = (C::BN / 16) * U;
+  pdl_wait();  // launch_kernel: may start while the previous kernel finishes
+  pdl_trigger();
   extern __shared__ __align__(16) uint8_t smem[];
   uint8_t* sA = smem;
   uint8_t* sB = smem + C::STAGES * A_BYTES;
@@ -226,8 +228,7 @@ void launch_one(const GemmParams& p, cudaStream_t s) {
     attr_set = true;
   }
   dim3 grid(p.max_blocks, (p.np + C::BN - 1) / C::BN, p.splits);
-  kern<<<grid, C::kThreads, smem, s>>>(p);
-  QMOE_CUDA_LAUNCH_OK();
+  launch_kernel(kern, grid, dim3(C::kThreads), smem, s, true, p);
 }
 
 template <class Op, class C>

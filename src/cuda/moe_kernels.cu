@@ -158,6 +158,8 @@ __global__ void align_kernel(const int32_t* __restrict__ ids, int numel, const i
                              int E, int B, int capacity, int32_t* __restrict__ sorted,
                              int32_t* __restrict__ eids, int32_t* __restrict__ num_post) {
   extern __shared__ int sh[];
+  pdl_wait();  // launched plainly (the layer's first kernel): no-ops, the next kernel may start early
+  pdl_trigger();
   int* cnt = sh;         // [E]
   int* off = sh + E;     // [E + 1]
   int* cur = sh + 2 * E + 1;  // [E]
@@ -226,6 +228,8 @@ __global__ void act_prep_kernel(const ActPrep p) {
   using T = typename Op::T;
   extern __shared__ float row[];  // [cols]
   __shared__ float red[32];
+  pdl_wait();
+  pdl_trigger();
   const int64_t r = blockIdx.x;
   const int tid = threadIdx.x;
   const int64_t tok = p.slot_mode ? r / p.top_k : r;
@@ -279,6 +283,8 @@ __global__ void act_finish_kernel(const float* __restrict__ partial, int np, int
                                   const float* __restrict__ bias, const int32_t* __restrict__ topk_ids,
                                   const int32_t* __restrict__ emap, void* h, int ldh) {
   using T = typename Op::T;
+  pdl_wait();
+  pdl_trigger();
   const int64_t slot = blockIdx.x;
   int e = 0;
   if (topk_ids != nullptr) {
@@ -302,6 +308,8 @@ template <class Op>
 __global__ void reduce_kernel(const float* __restrict__ o, const float* __restrict__ shared, int top_k, int h,
                               void* y) {
   using T = typename Op::T;
+  pdl_wait();
+  pdl_trigger();
   const int64_t t = blockIdx.x;
   for (int n = (blockIdx.y * blockDim.x + threadIdx.x) * 4; n < h; n += gridDim.y * blockDim.x * 4) {
     float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
@@ -359,8 +367,7 @@ void launch_act_prep(bool f16, const ActPrep& p, cudaStream_t s) {
   auto go = [&](auto kern) {
     if (smem > 48 * 1024)
       QMOE_CUDA_OK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-    kern<<<static_cast<unsigned>(p.rows), 256, smem, s>>>(p);
-    QMOE_CUDA_LAUNCH_OK();
+    launch_kernel(kern, dim3(static_cast<unsigned>(p.rows)), dim3(256), smem, s, true, p);
   };
   if (f16) go(act_prep_kernel<F16>);
   else go(act_prep_kernel<BF16>);
@@ -371,11 +378,8 @@ void launch_act_finish(bool f16, const float* partial, int np, int64_t slots, in
   if (slots == 0) return;
   // one thread per intermediate column (few slots at decode: a row over many blocks)
   const dim3 grid(static_cast<unsigned>(slots), std::min(64, (inter + 255) / 256));
-  if (f16)
-    act_finish_kernel<F16><<<grid, 256, 0, s>>>(partial, np, slots, inter, act, bias, topk_ids, expert_map, h, ldh);
-  else
-    act_finish_kernel<BF16><<<grid, 256, 0, s>>>(partial, np, slots, inter, act, bias, topk_ids, expert_map, h, ldh);
-  QMOE_CUDA_LAUNCH_OK();
+  launch_kernel(f16 ? act_finish_kernel<F16> : act_finish_kernel<BF16>, grid, dim3(256), 0, s, true, partial, np, slots,
+                inter, act, bias, topk_ids, expert_map, h, ldh);
 }
 
 void launch_reduce(bool f16, const float* o, const float* shared, int64_t m, int top_k, int h, void* y,
@@ -385,9 +389,7 @@ void launch_reduce(bool f16, const float* o, const float* shared, int64_t m, int
   const int threads = 128;
   const int per_row = (h / 4 + threads - 1) / threads;
   const dim3 grid(static_cast<unsigned>(m), m >= 64 ? 1 : per_row);
-  if (f16) reduce_kernel<F16><<<grid, threads, 0, s>>>(o, shared, top_k, h, y);
-  else reduce_kernel<BF16><<<grid, threads, 0, s>>>(o, shared, top_k, h, y);
-  QMOE_CUDA_LAUNCH_OK();
+  launch_kernel(f16 ? reduce_kernel<F16> : reduce_kernel<BF16>, grid, dim3(threads), 0, s, true, o, shared, top_k, h, y);
 }
 
 }  // namespace qmoe::cuda

@@ -504,7 +504,10 @@ __global__ void __launch_bounds__(kThreads) moe_decode_kernel(const GemmParams p
 // Ring depth. Measured on the H200 (forced decode90, int4 / fp8, mixtral / gpt-oss / qwen3 at M = 1
 // and 16): 2 stages fastest, 4 up to 60% slower, 6-8 slower still: each stage costs shared memory
 // that otherwise holds another block of consumers, and the consumers, not the bytes in flight, are
-// the limit. QMOE_CUDA_DECODE90_STAGES (2..8) overrides it for measurements.
+// the limit. Since the item / stage bookkeeping lost its integer divisions, 3 or 4 stages where
+// two blocks still fit an SM measure the same as 2 (docs/perf.md, fourth session of 2026-11-30).
+// QMOE_CUDA_DECODE90_STAGES (2..8): the deepest ring up to that many stages that still lets two
+// blocks share an SM, for measurements.
 constexpr int kStages90 = 2;
 constexpr int kMaxStages90 = 8;
 
@@ -548,17 +551,7 @@ __device__ __forceinline__ void cp_async4(void* smem, const void* gmem) {
 // the fp8 rows (one scale pair for K) up to 10% faster; fp4 rows are even; fp8 with scale chunks
 // would spill at 3.
 template <WFmt F, int MODE>
-constexpr int dec90_min_blocks() {
-#ifdef QMOE_D90_MINB  // experiment builds
-  return QMOE_D90_MINB;
-#else
-  return F == WFmt::kFP8 && MODE == 3 ? 3 : 2;
-#endif
-}
-#ifndef QMOE_D90_UNROLL
-#define QMOE_D90_UNROLL 2
-#endif
-constexpr int kD90Unroll = QMOE_D90_UNROLL;
+constexpr int dec90_min_blocks() { return F == WFmt::kFP8 && MODE == 3 ? 3 : 2; }
 
 template <class Op, WFmt F, int MODE>
 __global__ void __launch_bounds__(kThreads90, dec90_min_blocks<F, MODE>())
@@ -838,13 +831,17 @@ __global__ void __launch_bounds__(kThreads90, dec90_min_blocks<F, MODE>())
       const int a0 = st * per_stage + kj * slab_atoms;  // first atom of this warp's slab (block-relative)
       const int na = min(slab_atoms, natoms - a0);
       mbar_wait(&full[slot], rp.phase);
+#ifdef QMOE_D90_NOCOMPUTE  // measurement build (docs/perf.md): the ring and item steps alone, no math
+      if (false) {
+#else
       if (na > 0) {
+#endif
         const uint8_t* wst = sW + slot * stage_bytes + kj * slab_atoms * U;  // column nt: + nt * per_stage * U
         if (per_chunk) {
           ci = (st * kDecodeWarps + kj) * cps;  // = a0 * KA / chunk: slabs start on chunk boundaries
           if (hz) set_zero(ci);
         }
-#pragma unroll kD90Unroll
+#pragma unroll 2
         for (int i = 0; i < na; ++i) {
           uint32_t wv[kNT][4];
           uint32_t sp[kNT][2][2];  // fp4 block scales of rows g / g + 8, folded
@@ -871,7 +868,11 @@ __global__ void __launch_bounds__(kThreads90, dec90_min_blocks<F, MODE>())
 #pragma unroll
             for (int nt = 0; nt < kNT; ++nt) {
               uint32_t af[4];
+#ifdef QMOE_D90_NODEQ  // measurement build (docs/perf.md): the raw codes as operands, no dequantization
+              af[0] = wv[nt][ss]; af[1] = wv[nt][(ss + 1) & 3]; af[2] = wv[nt][(ss + 2) & 3]; af[3] = wv[nt][(ss + 3) & 3];
+#else
               atom_a_frag<Op, F>(wv[nt], ss, zmagic[nt], zf[nt], sp[nt], af);
+#endif
               mma16816<Op>(acc[nt][(i * SS + ss) & 1], af, xb[ss][0], xb[ss][1]);
             }
             if (fine && ++cnt == fs) {

@@ -492,11 +492,13 @@ __global__ void __launch_bounds__(kThreads) moe_decode_kernel(const GemmParams p
 // two n16 columns over the K range into a kStages90-deep ring of shared-memory stages with 1-D
 // bulk copies (cp.async.bulk, completing on mbarriers) and runs on into the next item while the
 // consumers finish the current one: HBM sees one uninterrupted stream per block at one
-// instruction per column per stage. The 8 consumer warps each own one column (warp & 1) and one K
-// group (warp >> 1): per stage a slab of `slab_atoms` consecutive atoms (whole scale chunks) of that
-// column, one 16-byte shared load per lane per atom; scale chunks never straddle two warps. An
-// M-block's rows and row scales are staged when a block reaches it, each item's column scales /
-// zero points (cp.async, double-buffered) while the item before it runs.
+// instruction per column per stage. The 8 consumer warps each own one K group of both columns:
+// per stage a slab of `slab_atoms` consecutive atoms (whole scale chunks) per column, one 16-byte
+// shared load per lane per atom; scale chunks never straddle two warps. An M-block's rows and row
+// scales are staged by the consumers when a block reaches it (behind block barriers); each item's
+// column scales / zero points by a second producer warp (cp.async completing on mbarriers,
+// double-buffered), so items follow each other without a block barrier; the K groups meet once
+// per item, in shared memory, for the reduction in K order.
 // Measured on the H200 (ncu, mixtral-8x7b int4 M = 1, GEMM1): the register-ring kernel reached 30%
 // of DRAM bandwidth at ~180 instructions per 512-byte atom; a first version of this kernel with one
 // tile per block 26% (each block's start cost several DRAM latencies and the ring stood empty
@@ -522,7 +524,7 @@ struct RingPos {
     }
   }
 };
-constexpr int kThreads90 = 32 * (kDecodeWarps + 1);
+constexpr int kThreads90 = 32 * (kDecodeWarps + 2);  // consumers, the weight producer, the scale producer
 
 // Shared-memory layout of one block (host and device agree through this function).
 struct Dec90Smem {
@@ -537,7 +539,7 @@ __host__ __device__ inline Dec90Smem dec90_smem(int stages, int stage_bytes, int
   L.rs = L.z + 2 * nzch * 32 * 4;                     // two tiles' zero points
   L.red = L.rs + nch * kDecodeRows * 4;               // row scales of the block's tokens
   L.bar = L.red + kDecodeWarps * kNT * 4 * 32 * 4;    // cross-warp reduction
-  L.total = L.bar + 2 * stages * 8;
+  L.total = L.bar + (2 * stages + 5) * 8;             // ring full / empty, scales full / empty x 2, red free
   return L;
 }
 
@@ -617,9 +619,12 @@ __global__ void __launch_bounds__(kThreads90, dec90_min_blocks<F, MODE>())
   float* sCS = reinterpret_cast<float*>(smem + L.cs);
   float* sZ = reinterpret_cast<float*>(smem + L.z);
   float* sRS = reinterpret_cast<float*>(smem + L.rs);
-  float* red = reinterpret_cast<float*>(smem + L.red);  // [warp][c][lane]
+  float* red = reinterpret_cast<float*>(smem + L.red);  // [warp][nt][c][lane]
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + L.bar);
   uint64_t* empty = full + stages;
+  uint64_t* sfull = empty + stages;  // [2]: an item's column scales / zero points landed
+  uint64_t* sempty = sfull + 2;      // [2]: the consumers are done with them
+  uint64_t* redfree = sempty + 2;    // the epilogue warps have read an item's K-group sums
   const int katoms = p.kp / KA;
 
   if (tid == 0) {
@@ -627,9 +632,71 @@ __global__ void __launch_bounds__(kThreads90, dec90_min_blocks<F, MODE>())
       mbar_init(&full[s], 1);
       mbar_init(&empty[s], kDecodeWarps);
     }
+    for (int b = 0; b < 2; ++b) {
+      mbar_init(&sfull[b], 32);  // one cp.async-completion arrival per scale-producer lane
+      mbar_init(&sempty[b], kDecodeWarps);
+    }
+    mbar_init(redfree, kNT);
     mbar_init_fence();
   }
   __syncthreads();
+
+  // ---- column scales (per chunk) and zero points of tile nb of expert e into buffer `buf`, by the
+  //      32 lanes of the scale producer: lane r covers row r of the tile (its offsets once per item)
+  //      and every chunk; a chunk's weight group by idx_of (chunk starts are multiples of 16)
+  const int krange = (kt1 - kt0) * 64;
+  const int nchb = per_chunk ? (krange + p.chunk - 1) / p.chunk : 0;  // chunks of this block's range
+  const float zsym = F == WFmt::kU4 ? 8.f : 128.f;
+  const float inv_kchunk = p.kchunk > 0 ? 1.f / static_cast<float>(p.kchunk) : 0.f;
+  const auto idx_of = [](int k0, float inv) { return static_cast<int>(static_cast<float>(k0 + 8) * inv); };
+  float* sCSb = sCS;
+  float* sZb = sZ;
+  auto stage_tile = [&](int e, int nb, int buf) {
+    const int r = lane;
+    const int orow = orig_row(p, (nb * kNT + (r >> 4)) * 16 + (r & 15));
+    const bool live = orow < p.n;
+    const int scol = live ? (p.n_div == 1 ? orow : orow / p.n_div) : 0;
+    const float* csrc = p.col_scale + static_cast<size_t>(e) * p.kg * p.nsc + scol;
+    for (int c = 0; c < nchb; ++c) {
+      const int k0 = kbase + c * p.chunk;
+      float* dst = sCSb + (buf * nch + c) * 32 + r;
+      if (k0 >= p.k || !live) *dst = 0.f;
+      else cp_async4(dst, csrc + static_cast<size_t>(min(idx_of(k0, inv_kchunk), p.kg - 1)) * p.nsc);
+    }
+    if (hz) {
+      const int nz = per_chunk ? nchb : 1;
+      const float* zsrc = p.zero + static_cast<size_t>(e) * p.kg * p.n + orow;
+      for (int c = 0; c < nz; ++c) {
+        float* dst = sZb + (buf * nzch + c) * 32 + r;
+        if (!live) *dst = zsym;
+        else {
+          const int gi = per_chunk && p.kchunk > 0 ? min(idx_of(kbase + c * p.chunk, inv_kchunk), p.kg - 1) : 0;
+          cp_async4(dst, zsrc + static_cast<size_t>(gi) * p.n);
+        }
+      }
+    }
+  };
+  // the next item of this block with a local expert, from c on (c.it == item1 when none)
+  auto next_live = [&](Item c) {
+    while (c.it < item1 && p.expert_ids[c.mb] < 0) step(c);
+    return c;
+  };
+
+  if (warp == kDecodeWarps + 1) {  // ---- scale producer: item ti's scales into buffer ti & 1
+    // (ncu: staged by all consumer threads with a block barrier per item, this was ~12% of their
+    // stall samples). Buffer ti & 1 is refilled once the consumers released item ti - 2; the
+    // cp.async completions arrive on sfull (noinc: counted by the barrier's 32).
+    int ti = 0;
+    for (Item c = next_live(first); c.it < item1; ++ti) {
+      const int buf = ti & 1;
+      if (ti >= 2) mbar_wait_parked(&sempty[buf], ((ti >> 1) - 1) & 1);
+      stage_tile(p.expert_ids[c.mb], c.nb, buf);
+      asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_u32(&sfull[buf])) : "memory");
+      step(c);
+      c = next_live(c);
+    }
+    return;
+  }
 
   if (warp == kDecodeWarps) {  // ---- producer: one bulk copy per column per stage, item after item
     // (the 32 lanes issuing 16-byte cp.async instead measured the same on the H200)
@@ -660,10 +727,7 @@ __global__ void __launch_bounds__(kThreads90, dec90_min_blocks<F, MODE>())
   pdl_wait();  // the rows (and row scales) come from the previous kernel
   pdl_trigger();
   constexpr int kCT = kDecodeWarps * 32;  // consumer threads
-  const int krange = (kt1 - kt0) * 64;
   const int xstride = krange_alloc * 2 + 16;
-  const int nchb = per_chunk ? (krange + p.chunk - 1) / p.chunk : 0;  // chunks of this block's range
-  const float zsym = F == WFmt::kU4 ? 8.f : 128.f;
   // rows of M-block mb over the K range (zero past k) and their row scales per chunk
   auto stage_rows = [&](int mb, int e, int nvalid) {
     const int32_t* rows = p.sorted_ids + mb * kDecodeRows;
@@ -693,43 +757,6 @@ __global__ void __launch_bounds__(kThreads90, dec90_min_blocks<F, MODE>())
       }
     }
   };
-  // column scales (per chunk) and zero points of tile nb of expert e into buffer `buf`. Thread tid
-  // covers row r = tid & 31 of the tile (its offsets once per item) and chunks tid / 32, + 8, ...;
-  // a chunk's weight group by idx_of (chunk starts are multiples of 16), no integer division.
-  static_assert(kCT % 32 == 0, "a thread keeps its tile row");
-  const float inv_kchunk = p.kchunk > 0 ? 1.f / static_cast<float>(p.kchunk) : 0.f;
-  const auto idx_of = [](int k0, float inv) { return static_cast<int>(static_cast<float>(k0 + 8) * inv); };
-  auto stage_tile = [&](int e, int nb, int buf) {
-    const int r = tid & 31;
-    const int orow = orig_row(p, (nb * kNT + (r >> 4)) * 16 + (r & 15));
-    const bool live = orow < p.n;
-    const int scol = live ? (p.n_div == 1 ? orow : orow / p.n_div) : 0;
-    const float* csrc = p.col_scale + static_cast<size_t>(e) * p.kg * p.nsc + scol;
-    for (int c = tid >> 5; c < nchb; c += kCT / 32) {
-      const int k0 = kbase + c * p.chunk;
-      float* dst = sCS + (buf * nch + c) * 32 + r;
-      if (k0 >= p.k || !live) *dst = 0.f;
-      else cp_async4(dst, csrc + static_cast<size_t>(min(idx_of(k0, inv_kchunk), p.kg - 1)) * p.nsc);
-    }
-    if (hz) {
-      const int nz = per_chunk ? nchb : 1;
-      const float* zsrc = p.zero + static_cast<size_t>(e) * p.kg * p.n + orow;
-      for (int c = tid >> 5; c < nz; c += kCT / 32) {
-        float* dst = sZ + (buf * nzch + c) * 32 + r;
-        if (!live) *dst = zsym;
-        else {
-          const int gi = per_chunk && p.kchunk > 0 ? min(idx_of(kbase + c * p.chunk, inv_kchunk), p.kg - 1) : 0;
-          cp_async4(dst, zsrc + static_cast<size_t>(gi) * p.n);
-        }
-      }
-    }
-  };
-  // the next item of this block with a local expert, from c on (c.it == item1 when none)
-  auto next_live = [&](Item c) {
-    while (c.it < item1 && p.expert_ids[c.mb] < 0) step(c);
-    return c;
-  };
-
   const int g = lane >> 2, t = lane & 3;
   const int kj = warp;  // this warp's K group; it covers both n16 columns of an item
   const int fs = per_chunk ? p.chunk / 16 : 1 << 30;  // k16 steps per scale chunk
@@ -744,10 +771,6 @@ __global__ void __launch_bounds__(kThreads90, dec90_min_blocks<F, MODE>())
   const int cps = per_chunk ? slab_atoms * KA / p.chunk : 0;
   RingPos rp;  // over the block's items (as the producer's)
   Item cur = next_live(first);
-  if (cur.it < item1) {
-    stage_tile(p.expert_ids[cur.mb], cur.nb, 0);
-    cp_async_commit();
-  }
   for (int ti = 0; cur.it < item1; ++ti) {
     const int mb = cur.mb, nb = cur.nb;
     const int e = p.expert_ids[mb];
@@ -755,7 +778,8 @@ __global__ void __launch_bounds__(kThreads90, dec90_min_blocks<F, MODE>())
     Item nxt = cur;
     step(nxt);
     nxt = next_live(nxt);
-    if (mb != cur_mb) {  // a new M-block: its rows and row scales (the previous ones are no longer read)
+    if (mb != cur_mb) {  // a new M-block: its rows and row scales, once every warp is done with the last ones
+      if (cur_mb >= 0) asm volatile("bar.sync 1, %0;\n" ::"r"(kCT) : "memory");
       cur_mb = mb;
       rows = p.sorted_ids + mb * kDecodeRows;
       const int my_sid = rows[lane & 7];
@@ -768,11 +792,10 @@ __global__ void __launch_bounds__(kThreads90, dec90_min_blocks<F, MODE>())
       }
       xlane = smem_u32(sA) + ((lane & 7) < nvalid ? (lane & 7) : 0) * xstride + (lane >> 3) * 16;
       cp_async_commit();
+      cp_async_wait<0>();
+      asm volatile("bar.sync 1, %0;\n" ::"r"(kCT) : "memory");
     }
-    if (nxt.it < item1) stage_tile(p.expert_ids[nxt.mb], nxt.nb, buf ^ 1);
-    cp_async_commit();
-    cp_async_wait<1>();  // everything but the next item's scales: this item's scales, the rows
-    asm volatile("bar.sync 1, %0;\n" ::"r"(kCT) : "memory");
+    mbar_wait(&sfull[buf], (ti >> 1) & 1);  // this item's column scales / zero points
     const float* cs = sCS + buf * nch * 32;
     const float* zs = sZ + buf * nzch * 32;
     float zf[kNT][2];
@@ -890,8 +913,11 @@ __global__ void __launch_bounds__(kThreads90, dec90_min_blocks<F, MODE>())
       __syncwarp();
       if (lane == 0) mbar_arrive(&empty[slot]);
     }
+    if (lane == 0) mbar_arrive(&sempty[buf]);  // the last read of this item's scales is behind
 
-    // ---- reduce the K groups of each column (in K order), then the epilogue
+    // ---- reduce the K groups of each column (in K order), then the epilogue; `red` is free once
+    //      the epilogue warps have read the previous item's sums (redfree)
+    if (ti > 0) mbar_wait(redfree, (ti - 1) & 1);
 #pragma unroll
     for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
@@ -901,11 +927,12 @@ __global__ void __launch_bounds__(kThreads90, dec90_min_blocks<F, MODE>())
     if (warp < kNT) {
       float v[4];
       sum_k_groups(red, warp, lane, v);
+      __syncwarp();
+      if (lane == 0) mbar_arrive(redfree);
       decode_epilogue<Op, F, MODE>(p, e, nb * kNT + warp, split, v, rows, g, t, tok_arow, per_chunk);
     }
-    // no barrier here: the next item's first barrier orders the epilogue's reads of `red` before
-    // its writes, and every warp has left this item's main loop (the last reader of the rows, row
-    // scales and this buffer of column scales) before anyone restages them
+    // no barrier here: the next item's sums wait for redfree, rows are restaged behind a barrier
+    // at an M-block change, and the scale producer refills this item's scale buffer after sempty
     cur = nxt;
   }
 #endif

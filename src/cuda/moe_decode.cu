@@ -1075,6 +1075,10 @@ bool decode90_use(WFmt fmt, int mode, int chunk, int kp, int ktiles_per_split, i
   // loses at one block per SM (gpt-oss-120b M = 16 with a 4-stage ring: 8 staged rows of K = 2880).
   const Dec90Plan d = dec90_plan(fmt, mode, chunk, kp, ktiles_per_split, slab_ktiles, max_rows, zero);
   if (d.L.total > 227 * 1024) return false;
+  // its warps' slabs must hold whole scale chunks (a chunk index per slab, flushes counted from the
+  // slab's start); groups such as 48 or 96 columns do not divide a 128-column slab: the register-ring
+  // kernel, which tracks chunk ends by absolute column, takes those
+  if (mode == 1 && chunk < kp && (d.slab_atoms * dec_ka(fmt)) % chunk != 0) return false;
   static const bool force = std::getenv("QMOE_CUDA_DECODE90") && std::string(std::getenv("QMOE_CUDA_DECODE90")) == "2";
   return force || dec90_two_fit(d.L.total);  // QMOE_CUDA_DECODE90=2: wherever it fits (measurements)
 }

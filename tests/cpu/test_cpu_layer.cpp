@@ -101,6 +101,12 @@ std::vector<Case> all_cases() {
   s = spec_of(SchemeKind::kWNA16);
   s.bits = 4, s.group_size = 32, s.scale_dtype = DType::kF32;
   add("wna16_int4_g32_sym_f32scale", s, 104, 56);
+  // groups of 48 columns (not a power of two; K = 160 ends inside a group)
+  s = spec_of(SchemeKind::kWNA16);
+  s.bits = 4, s.group_size = 48, s.symmetric = false;
+  add("wna16_int4_g48_asym", s, 160, 96);
+  s.bits = 8, s.symmetric = true;
+  add("wna16_int8_g48_sym", s, 144, 112);
 
   s = spec_of(SchemeKind::kFP8W8A8);
   s.fp8_strategy = Strategy::kTensor, s.act = ActQuant::kFP8Tensor;

@@ -106,6 +106,10 @@ std::vector<Case> decode_schemes() {
   add("int4_channel_sym", [](auto& s) { s.kind = SchemeKind::kWNA16; s.bits = 4; s.group_size = 0; });
   add("int8_g128_asym", [](auto& s) { s.kind = SchemeKind::kWNA16; s.bits = 8; s.group_size = 128; s.symmetric = false; });
   add("int8_g32_sym", [](auto& s) { s.kind = SchemeKind::kWNA16; s.bits = 8; s.group_size = 32; });
+  // groups of 48 columns: chunks that straddle the sm_90 kernel's 128-column slabs (the register-ring
+  // kernel runs them; chunk ends tracked by absolute column, K tails inside a group)
+  add("int4_g48_asym", [](auto& s) { s.kind = SchemeKind::kWNA16; s.bits = 4; s.group_size = 48; s.symmetric = false; });
+  add("int8_g48_sym", [](auto& s) { s.kind = SchemeKind::kWNA16; s.bits = 8; s.group_size = 48; });
   add("int8_channel_asym_f32scale", [](auto& s) {
     s.kind = SchemeKind::kWNA16; s.bits = 8; s.group_size = 0; s.symmetric = false; s.scale_dtype = DType::kF32; });
   // fp8: mode 3 (one scale pair for K) and mode 1 (1x128 activation groups, 128-column blocks)

@@ -26,11 +26,10 @@ namespace qmoe::cuda {
 // earlier kernel wrote or writes what one reads, and dev::pdl_trigger() after that wait, so a
 // kernel that starts early finds everything two launches back complete.
 bool pdl_enabled();
-// kern<<<grid, block, smem, s>>>(args...), with the programmatic-serialization attribute when `pdl`
-// and pdl_enabled().
+// kern<<<grid, block, smem, s>>>(args...), with the programmatic-serialization attribute when
+// pdl_enabled() (the layer's first kernel, align, is launched plainly).
 template <class... KArgs, class... Args>
-void launch_kernel(void (*kern)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, bool pdl,
-                   Args&&... args) {
+void launch_kernel(void (*kern)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, Args&&... args) {
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = grid;
   cfg.blockDim = block;
@@ -40,7 +39,7 @@ void launch_kernel(void (*kern)(KArgs...), dim3 grid, dim3 block, size_t smem, c
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   cfg.attrs = attr;
-  cfg.numAttrs = pdl && pdl_enabled() ? 1 : 0;
+  cfg.numAttrs = pdl_enabled() ? 1 : 0;
   QMOE_CUDA_OK(cudaLaunchKernelEx(&cfg, kern, static_cast<KArgs>(args)...));
 }
 }  // namespace qmoe::cuda

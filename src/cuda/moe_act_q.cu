@@ -80,7 +80,7 @@ void launch_act_prep_q(bool f16, const ActPrep& p, cudaStream_t s) {
   auto go = [&](auto kern) {
     if (smem > 48 * 1024)
       QMOE_CUDA_OK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-    launch_kernel(kern, dim3(static_cast<unsigned>(p.rows)), dim3(256), smem, s, true, p);
+    launch_kernel(kern, dim3(static_cast<unsigned>(p.rows)), dim3(256), smem, s, p);
   };
   if (f16) go(act_prep_q_kernel<F16>);
   else go(act_prep_q_kernel<BF16>);

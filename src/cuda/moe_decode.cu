@@ -650,8 +650,6 @@ __global__ void __launch_bounds__(kThreads90, dec90_min_blocks<F, MODE>())
   const float zsym = F == WFmt::kU4 ? 8.f : 128.f;
   const float inv_kchunk = p.kchunk > 0 ? 1.f / static_cast<float>(p.kchunk) : 0.f;
   const auto idx_of = [](int k0, float inv) { return static_cast<int>(static_cast<float>(k0 + 8) * inv); };
-  float* sCSb = sCS;
-  float* sZb = sZ;
   auto stage_tile = [&](int e, int nb, int buf) {
     const int r = lane;
     const int orow = orig_row(p, (nb * kNT + (r >> 4)) * 16 + (r & 15));
@@ -660,7 +658,7 @@ __global__ void __launch_bounds__(kThreads90, dec90_min_blocks<F, MODE>())
     const float* csrc = p.col_scale + static_cast<size_t>(e) * p.kg * p.nsc + scol;
     for (int c = 0; c < nchb; ++c) {
       const int k0 = kbase + c * p.chunk;
-      float* dst = sCSb + (buf * nch + c) * 32 + r;
+      float* dst = sCS + (buf * nch + c) * 32 + r;
       if (k0 >= p.k || !live) *dst = 0.f;
       else cp_async4(dst, csrc + static_cast<size_t>(min(idx_of(k0, inv_kchunk), p.kg - 1)) * p.nsc);
     }
@@ -668,7 +666,7 @@ __global__ void __launch_bounds__(kThreads90, dec90_min_blocks<F, MODE>())
       const int nz = per_chunk ? nchb : 1;
       const float* zsrc = p.zero + static_cast<size_t>(e) * p.kg * p.n + orow;
       for (int c = 0; c < nz; ++c) {
-        float* dst = sZb + (buf * nzch + c) * 32 + r;
+        float* dst = sZ + (buf * nzch + c) * 32 + r;
         if (!live) *dst = zsym;
         else {
           const int gi = per_chunk && p.kchunk > 0 ? min(idx_of(kbase + c * p.chunk, inv_kchunk), p.kg - 1) : 0;
@@ -690,7 +688,7 @@ __global__ void __launch_bounds__(kThreads90, dec90_min_blocks<F, MODE>())
     int ti = 0;
     for (Item c = next_live(first); c.it < item1; ++ti) {
       const int buf = ti & 1;
-      if (ti >= 2) mbar_wait_parked(&sempty[buf], ((ti >> 1) - 1) & 1);
+      if (ti >= 2) mbar_wait(&sempty[buf], ((ti >> 1) - 1) & 1);
       stage_tile(p.expert_ids[c.mb], c.nb, buf);
       asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_u32(&sfull[buf])) : "memory");
       step(c);
@@ -708,7 +706,7 @@ __global__ void __launch_bounds__(kThreads90, dec90_min_blocks<F, MODE>())
         if (e < 0) continue;  // expert on another rank: its slots stay zero (pre-cleared)
         for (int st = 0; st < nst; ++st, rp.next(stages)) {
           const int slot = rp.slot;
-          mbar_wait_parked(&empty[slot], rp.phase ^ 1u);
+          mbar_wait(&empty[slot], rp.phase ^ 1u);
           const int a0 = st * per_stage;
           const int n = min(per_stage, natoms - a0);
           mbar_expect_tx(&full[slot], kNT * n * U);
@@ -763,7 +761,6 @@ __global__ void __launch_bounds__(kThreads90, dec90_min_blocks<F, MODE>())
   const int fs = per_chunk ? p.chunk / 16 : 1 << 30;  // k16 steps per scale chunk
   const bool fine = per_chunk && fs % SS != 0;         // chunks end inside atoms (int4 groups of 32)
   const bool coarse = per_chunk && !fine;
-  const bool unit_rs = p.row_scale == nullptr && p.in_scale == nullptr;
   int cur_mb = -1, nvalid = 0;
   const int32_t* rows = p.sorted_ids;
   int tok_arow[2] = {-1, -1};
@@ -825,24 +822,14 @@ __global__ void __launch_bounds__(kThreads90, dec90_min_blocks<F, MODE>())
       for (int c = 0; c < 4; ++c) acc[nt][0][c] = acc[nt][1][c] = out[nt][c] = 0.f;
     int ci = 0, cnt = 0;  // chunk (block-relative) and its k16 steps so far
     auto flush = [&]() {
-      // unit row scales (no activation scales: W4A16, W8A16): r * c == c exactly, and padding
-      // tokens (row scale 0) are dropped by the epilogue, so the row-scale product is skipped
-      const float r0 = unit_rs ? 1.f : sRS[ci * kDecodeRows + 2 * t];
-      const float r1 = unit_rs ? 1.f : sRS[ci * kDecodeRows + 2 * t + 1];
+      const float r0 = sRS[ci * kDecodeRows + 2 * t], r1 = sRS[ci * kDecodeRows + 2 * t + 1];
 #pragma unroll
       for (int nt = 0; nt < kNT; ++nt) {
         const float c0 = cs[ci * 32 + nt * 16 + g], c1 = cs[ci * 32 + nt * 16 + 8 + g];
-        if (unit_rs) {
-          out[nt][0] += (acc[nt][0][0] + acc[nt][1][0]) * c0;
-          out[nt][1] += (acc[nt][0][1] + acc[nt][1][1]) * c0;
-          out[nt][2] += (acc[nt][0][2] + acc[nt][1][2]) * c1;
-          out[nt][3] += (acc[nt][0][3] + acc[nt][1][3]) * c1;
-        } else {
-          out[nt][0] += (acc[nt][0][0] + acc[nt][1][0]) * (r0 * c0);
-          out[nt][1] += (acc[nt][0][1] + acc[nt][1][1]) * (r1 * c0);
-          out[nt][2] += (acc[nt][0][2] + acc[nt][1][2]) * (r0 * c1);
-          out[nt][3] += (acc[nt][0][3] + acc[nt][1][3]) * (r1 * c1);
-        }
+        out[nt][0] += (acc[nt][0][0] + acc[nt][1][0]) * (r0 * c0);
+        out[nt][1] += (acc[nt][0][1] + acc[nt][1][1]) * (r1 * c0);
+        out[nt][2] += (acc[nt][0][2] + acc[nt][1][2]) * (r0 * c1);
+        out[nt][3] += (acc[nt][0][3] + acc[nt][1][3]) * (r1 * c1);
 #pragma unroll
         for (int c = 0; c < 4; ++c) acc[nt][0][c] = acc[nt][1][c] = 0.f;
       }
@@ -957,7 +944,7 @@ void launch_one(int slab_kt, const GemmParams& p, cudaStream_t s) {
     smem_set = smem;
   }
   dim3 grid(p.max_blocks, p.np / kDecodeTileN, p.splits);
-  launch_kernel(kern, grid, dim3(kThreads), smem, s, true, p, slab_kt);
+  launch_kernel(kern, grid, dim3(kThreads), smem, s, p, slab_kt);
 }
 
 // Atoms per warp slab and the shared memory of one block of the sm_90 kernel for this GEMM.
@@ -1033,7 +1020,7 @@ void launch_one90(int slab_kt, int max_rows, const GemmParams& p, cudaStream_t s
   }
   blocks = std::min(blocks, items);
   dim3 grid(static_cast<unsigned>(blocks), 1, p.splits);
-  launch_kernel(kern, grid, dim3(kThreads90), L.total, s, true, p, slab_atoms, max_rows, d.stages, d.red_bufs);
+  launch_kernel(kern, grid, dim3(kThreads90), L.total, s, p, slab_atoms, max_rows, d.stages, d.red_bufs);
 }
 
 template <class Op, bool SM90>

@@ -228,7 +228,7 @@ void launch_one(const GemmParams& p, cudaStream_t s) {
     attr_set = true;
   }
   dim3 grid(p.max_blocks, (p.np + C::BN - 1) / C::BN, p.splits);
-  launch_kernel(kern, grid, dim3(C::kThreads), smem, s, true, p);
+  launch_kernel(kern, grid, dim3(C::kThreads), smem, s, p);
 }
 
 template <class Op, class C>

@@ -158,8 +158,7 @@ __global__ void align_kernel(const int32_t* __restrict__ ids, int numel, const i
                              int E, int B, int capacity, int32_t* __restrict__ sorted,
                              int32_t* __restrict__ eids, int32_t* __restrict__ num_post) {
   extern __shared__ int sh[];
-  pdl_wait();  // launched plainly (the layer's first kernel): no-ops, the next kernel may start early
-  pdl_trigger();
+  pdl_trigger();  // launched plainly (the layer's first kernel): the next kernel may start early
   int* cnt = sh;         // [E]
   int* off = sh + E;     // [E + 1]
   int* cur = sh + 2 * E + 1;  // [E]
@@ -367,7 +366,7 @@ void launch_act_prep(bool f16, const ActPrep& p, cudaStream_t s) {
   auto go = [&](auto kern) {
     if (smem > 48 * 1024)
       QMOE_CUDA_OK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-    launch_kernel(kern, dim3(static_cast<unsigned>(p.rows)), dim3(256), smem, s, true, p);
+    launch_kernel(kern, dim3(static_cast<unsigned>(p.rows)), dim3(256), smem, s, p);
   };
   if (f16) go(act_prep_kernel<F16>);
   else go(act_prep_kernel<BF16>);
@@ -378,7 +377,7 @@ void launch_act_finish(bool f16, const float* partial, int np, int64_t slots, in
   if (slots == 0) return;
   // one thread per intermediate column (few slots at decode: a row over many blocks)
   const dim3 grid(static_cast<unsigned>(slots), std::min(64, (inter + 255) / 256));
-  launch_kernel(f16 ? act_finish_kernel<F16> : act_finish_kernel<BF16>, grid, dim3(256), 0, s, true, partial, np, slots,
+  launch_kernel(f16 ? act_finish_kernel<F16> : act_finish_kernel<BF16>, grid, dim3(256), 0, s, partial, np, slots,
                 inter, act, bias, topk_ids, expert_map, h, ldh);
 }
 
@@ -389,7 +388,7 @@ void launch_reduce(bool f16, const float* o, const float* shared, int64_t m, int
   const int threads = 128;
   const int per_row = (h / 4 + threads - 1) / threads;
   const dim3 grid(static_cast<unsigned>(m), m >= 64 ? 1 : per_row);
-  launch_kernel(f16 ? reduce_kernel<F16> : reduce_kernel<BF16>, grid, dim3(threads), 0, s, true, o, shared, top_k, h, y);
+  launch_kernel(f16 ? reduce_kernel<F16> : reduce_kernel<BF16>, grid, dim3(threads), 0, s, o, shared, top_k, h, y);
 }
 
 }  // namespace qmoe::cuda

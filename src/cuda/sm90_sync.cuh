@@ -34,20 +34,6 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
         : "memory");
   } while (!done);
 }
-// The same wait for a thread that has nothing else to do (a producer waiting for a free slot):
-// try_wait with a suspend-time hint parks the thread until the phase completes (or the hint's
-// 1 ms passes) instead of spinning; a spinning producer issued ~12% of the decode kernel's
-// instructions (ncu), slots its scheduler's consumer warps could have used.
-__device__ __forceinline__ void mbar_wait_parked(uint64_t* bar, uint32_t parity) {
-  uint32_t done = 0;
-  do {
-    asm volatile(
-        "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2, %3;\nselp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(smem_u32(bar)), "r"(parity), "r"(1000000u)
-        : "memory");
-  } while (!done);
-}
 // Makes the initialized barriers visible to the async proxy (bulk copies) before first use.
 __device__ __forceinline__ void mbar_init_fence() {
   asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");

@@ -54,4 +54,19 @@ __device__ __forceinline__ uint32_t mx_scale_pair<F16>(uint32_t e) {
   return h | (h << 16);
 }
 
+// NVFP4 activation quantization of one element (numerics.md, bit-exact with ref/act_quant.cpp):
+// x's 16-element block is held by 16 consecutive lanes of the warp (elements past the row count as
+// 0); G = 1.f / A, inv_G = 1.f / G. Returns the exact operand value e2m1(q) * s (moe_gemm_fp4.cu).
+// Used by act_prep_q (moe_act_q.cu) and the Hopper gather (sm90_moe_gemm.cu).
+__device__ __forceinline__ float nvfp4_quant_lane(float x, float G, float inv_G) {
+  float vmax = fabsf(x);
+#pragma unroll
+  for (int o = 8; o > 0; o >>= 1) vmax = fmaxf(vmax, __shfl_xor_sync(0xffffffffu, vmax, o));
+  const uint8_t sc = codec::f32_to_e4m3(G * (vmax * (1.f / 6.f)), true);
+  const float sf = codec::e4m3_to_f32(sc);
+  const float rr = sf == 0.f ? 0.f : 1.f / (sf * inv_G);
+  const uint8_t q = codec::f32_to_e2m1(fminf(fmaxf(x * rr, -6.f), 6.f));
+  return codec::e2m1_to_f32(q) * sf;  // exact product
+}
+
 }  // namespace qmoe::cuda::dev

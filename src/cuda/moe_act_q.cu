@@ -9,6 +9,7 @@
 //    [2^-11, 2688], see moe_gemm_fp4.cu); row scale 1.f / G, applied to the GEMM's fp32 sum.
 // Rows are tokens or slots exactly as backend I's act_prep (moe_kernels.cu) defines them.
 #include "cuda/device_common.cuh"
+#include "cuda/fp4_ops.cuh"
 #include "cuda/moe_q.cuh"
 
 namespace qmoe::cuda {
@@ -55,15 +56,8 @@ __global__ void act_prep_q_kernel(const ActPrep p) {
   const float inv_G = 1.f / G;
   for (int base = 0; base < p.cols; base += blockDim.x) {
     const int i = base + tid;
-    const float x = i < p.cols ? row[i] : 0.f;
-    float vmax = fabsf(x);
-#pragma unroll
-    for (int o = 8; o > 0; o >>= 1) vmax = fmaxf(vmax, __shfl_xor_sync(0xffffffffu, vmax, o));
-    const uint8_t sc = codec::f32_to_e4m3(G * (vmax * (1.f / 6.f)), true);
-    const float sf = codec::e4m3_to_f32(sc);
-    const float rr = sf == 0.f ? 0.f : 1.f / (sf * inv_G);
-    const uint8_t q = codec::f32_to_e2m1(fminf(fmaxf(x * rr, -6.f), 6.f));
-    if (i < p.cols) dst[i] = Op::from_f(codec::e2m1_to_f32(q) * sf);  // exact product
+    const float v = nvfp4_quant_lane(i < p.cols ? row[i] : 0.f, G, inv_G);
+    if (i < p.cols) dst[i] = Op::from_f(v);
   }
   if (tid == 0) p.scales[r * p.groups] = inv_G;
 }

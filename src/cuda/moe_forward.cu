@@ -105,9 +105,15 @@ bool sm90_eligible(const DevExperts& ex) {
   if (ex.fmt == WFmt::kU8 && ex.act_quant == ActQuant::kINT8Token)
     return ex.w13.wp.ptr != nullptr && ex.w2.wp.ptr != nullptr && ex.w13.zero.ptr == nullptr &&
            ex.w2.zero.ptr == nullptr && ex.w13.kchunk == 0 && ex.w2.kchunk == 0 && ex.w13.g_idx.ptr == nullptr;
-  // the wq kernel reads the atoms; WNA16 only (W4A8 quantizes activations: mma.sync)
+  // fp4 units (NVFP4 A16 / W4A4, MXFP4): the wq kernel, block scales folded into the operands
+  if (ex.fmt == WFmt::kNV4 || ex.fmt == WFmt::kMX4)
+    return ex.act_quant == ActQuant::kNone || ex.act_quant == ActQuant::kNVFP4;
+  // the wq kernel reads the atoms: WNA16, and W4A8 (int4 x fp8 / int8 per-token activations as
+  // exact 16-bit values); other int8-weight activation schemes stay on mma.sync
   const bool atoms = (ex.fmt == WFmt::kU4 || ex.fmt == WFmt::kU8);
-  if (atoms && ex.act_quant != ActQuant::kNone) return false;
+  if (atoms && ex.act_quant != ActQuant::kNone &&
+      !(ex.fmt == WFmt::kU4 && (ex.act_quant == ActQuant::kFP8Token || ex.act_quant == ActQuant::kINT8Token)))
+    return false;
   if (!atoms && (ex.w13.wp.ptr == nullptr || ex.w2.wp.ptr == nullptr)) return false;
   return sm90_supports(ex.fmt, mode_of(ex.w13, ex.act_quant), chunk_of(ex.w13, ex.act_quant)) &&
          sm90_supports(ex.fmt, mode_of(ex.w2, ex.act_quant), chunk_of(ex.w2, ex.act_quant));
@@ -184,6 +190,8 @@ struct ExpertsPlan {
     if (wg) {
       // byte operands (e4m3 or int8 codes) for fp8 and INT8 W8A8
       const bool fp8 = ex.fmt == WFmt::kFP8 || (ex.fmt == WFmt::kU8 && ex.act_quant == ActQuant::kINT8Token);
+      // quantized activations as exact 16-bit values (W4A8, NVFP4 W4A4 on the wq kernel)
+      const bool q16 = !fp8 && ex.act_quant != ActQuant::kNone;
       bm = 128;
       cap = align_capacity(static_cast<int>(numel), ex.num_experts, bm);
       sorted = cv.take<int32_t>(cap);
@@ -198,6 +206,10 @@ struct ExpertsPlan {
         hsq = cv.take<char>(static_cast<size_t>(cap) * ex.w2.kp);
         h_groups = ex.act_quant == ActQuant::kFP8Group128 ? (ex.intermediate + 127) / 128 : 1;
         h_scale = cv.take<float>(static_cast<size_t>(cap) * h_groups);
+      } else if (q16) {
+        a_scale = cv.take<float>(static_cast<size_t>(cap));
+        hsq = cv.take<char>(static_cast<size_t>(cap) * ex.w2.kp * 2);
+        h_scale = cv.take<float>(static_cast<size_t>(cap));
       }
       o = cv.take<float>(static_cast<size_t>(numel) * ex.hidden);
       return;
@@ -303,10 +315,12 @@ void run_experts_sm90(const DevExperts& ex, const ExpertsPlan& pl, const void* x
   const bool f16 = ex.act == DType::kF16;
   const bool i8 = ex.fmt == WFmt::kU8 && ex.act_quant == ActQuant::kINT8Token;  // INT8 W8A8 (IGMMA)
   const bool fp8 = ex.fmt == WFmt::kFP8 || i8;  // byte operands: quantized activation rows
-  const bool wq = !i8 && (ex.fmt == WFmt::kU4 || ex.fmt == WFmt::kU8);
+  const bool wq = !i8 && (ex.fmt == WFmt::kU4 || ex.fmt == WFmt::kU8 || ex.fmt == WFmt::kNV4 || ex.fmt == WFmt::kMX4);
+  const bool q16 = !fp8 && ex.act_quant != ActQuant::kNone;  // W4A8 / W4A4: exact 16-bit values
+  const bool quant = fp8 || q16;
   const int kind = i8 ? 2 : fp8 ? 1 : 0;
   const int H = ex.hidden, I = ex.intermediate;
-  const int qa = fp8 ? quant_code(ex.act_quant) : 0;
+  const int qa = quant ? quant_code(ex.act_quant) : 0;
   launch_align(topk_ids, static_cast<int>(pl.numel), emap, ex.num_experts, pl.bm, pl.cap, pl.sorted, pl.eids,
                pl.npost, s);
   Sm90Gather g;
@@ -322,6 +336,7 @@ void run_experts_sm90(const DevExperts& ex, const ExpertsPlan& pl, const void* x
   g.numel = static_cast<int>(pl.numel);
   g.rows = pl.cap;
   g.quant = qa;
+  g.out16 = q16 ? 1 : 0;
   g.in_scale = ex.w13.in_scale_dev.as<float>();
   g.out = pl.as;
   g.out_pitch = ex.w13.kp;
@@ -362,7 +377,7 @@ void run_experts_sm90(const DevExperts& ex, const ExpertsPlan& pl, const void* x
   common(g1, ex.w13);
   g1.a = pl.as;
   g1.a_pitch = ex.w13.kp;
-  g1.row_scale = fp8 ? pl.a_scale : nullptr;
+  g1.row_scale = quant ? pl.a_scale : nullptr;
   g1.rs_groups = pl.a_groups;
   g1.stage = 1;
   g1.act = act_code(ex.activation);
@@ -371,7 +386,7 @@ void run_experts_sm90(const DevExperts& ex, const ExpertsPlan& pl, const void* x
   launch(g1);
 
   const void* a2 = pl.hs;
-  if (fp8) {
+  if (quant) {
     Sm90Gather q = g;
     q.x = pl.hs;
     q.ldx = ex.w2.kp;
@@ -390,7 +405,7 @@ void run_experts_sm90(const DevExperts& ex, const ExpertsPlan& pl, const void* x
   common(g2, ex.w2);
   g2.a = a2;
   g2.a_pitch = ex.w2.kp;
-  g2.row_scale = fp8 ? pl.h_scale : nullptr;
+  g2.row_scale = quant ? pl.h_scale : nullptr;
   g2.rs_groups = pl.h_groups;
   g2.stage = 2;
   g2.out = pl.o;

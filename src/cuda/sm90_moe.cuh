@@ -63,9 +63,15 @@ struct Sm90Gather {
   const int32_t* num_post = nullptr;
   int numel = 0;
   int rows = 0;                     // positions (grid)
-  int quant = 0;                    // 0 copy, 1 fp8 per token, 2 fp8 per 1x128, 3 fp8 static, 4 int8 per token
-  const float* in_scale = nullptr;  // static: per local expert
-  void* out = nullptr;              // [rows][out_pitch] operand dtype (quant 0) or e4m3 bytes
+  // 0 copy, 1 fp8 per token, 2 fp8 per 1x128, 3 fp8 static, 4 int8 per token, 5 NVFP4 per 16
+  // (the M-block's expert's static multiplier; out16 only)
+  int quant = 0;
+  const float* in_scale = nullptr;  // static (3) / NVFP4 multiplier A (5): per local expert
+  // quant 1 / 4 / 5: 0 = codes (e4m3 / int8 bytes: QGMMA / IGMMA operands), 1 = each quantized
+  // value as an exact operand-dtype value (bf16 / fp16: the quantized-weight kernel's B operand,
+  // as act_prep / act_prep_q write them) with its scale (NVFP4: 1 / G) in `scales`
+  int out16 = 0;
+  void* out = nullptr;              // [rows][out_pitch] operand dtype (quant 0, out16) or bytes
   int out_pitch = 0;
   float* scales = nullptr;          // [rows][groups]
   int groups = 1;
@@ -95,8 +101,10 @@ bool sm90_supports(WFmt fmt, int mode, int chunk);
 // kind: 0 16-bit weights (HGMMA), 1 fp8 (QGMMA), 2 INT8 W8A8 (IGMMA: signed int8 x int8, exact
 // int32 sums over all of K, then scaled once as numerics.md's channel case: (part * s_w) * s_a).
 void launch_sm90_gemm(bool f16, int kind, const Sm90Gemm& p, cudaStream_t s);
-// int4 / int8 weights (WNA16, prepared atoms) on wgmma with the weights as the register operand:
-// D^T[n][token] = W[n][:] . X[token][:], 128 weight rows x 128 tokens per CTA (sm90_moe_gemm.cu).
+// int4 / int8 weights (prepared atoms: WNA16, W4A8) and fp4 units (NVFP4, MXFP4) on wgmma with the
+// weights as the register operand: D^T[n][token] = W[n][:] . X[token][:], 128 weight rows x 128
+// tokens per CTA (sm90_moe_gemm.cu). Quantized activations (W4A8, W4A4) arrive as exact 16-bit
+// values (Sm90Gather::out16) with row_scale their per-position scales.
 void launch_sm90_wq_gemm(bool f16, WFmt fmt, const Sm90Gemm& p, cudaStream_t s);
 void launch_sm90_gather(bool f16, const Sm90Gather& p, cudaStream_t s);
 // Plain weight copy for the Hopper path (tiled, above) from canonical src[e][N][K] (bits 16 or 8),

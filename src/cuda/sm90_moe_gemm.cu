@@ -23,6 +23,7 @@
 #include <type_traits>
 
 #include "cuda/device_common.cuh"
+#include "cuda/fp4_ops.cuh"
 #include "cuda/sm90_moe.cuh"
 #include "cuda/sm90_sync.cuh"
 
@@ -303,7 +304,7 @@ __global__ void __launch_bounds__(384, 1)
 #endif
 }
 
-// ---- quantized weights (int4 / int8 atoms) as the register operand ---------------------------------
+// ---- quantized weights (int4 / int8 atoms, fp4 units) as the register operand ------------------------
 // D^T[n][t] = sum_k W[n][k] X[t][k]: wgmma m64n128k16 with A = 64 weight rows from registers (each
 // warp dequantizes its own n16 atom into the A fragment: the atom's per-lane words are exactly the
 // m16n8k16 fragment values of 16 rows x 16 k, in another register order) and B = the M-block's 128
@@ -311,9 +312,20 @@ __global__ void __launch_bounds__(384, 1)
 // Numerics as the mma.sync kernels: (u - z) is an exact operand; per weight group the partials
 // (scale_d = 0 at a group's first k16) are added into fp32 with the group's scale, or (channel
 // scales) accumulated directly and scaled once at the end.
+//  * fp4 units (NVFP4 / MXFP4, moe_gemm_fp4.cu): an int4 atom's code layout followed by the 16
+//    rows' block scales; each pair becomes e2m1 * block scale * 2^c, exact in the operand dtype
+//    (fp4_ops.cuh), accumulated straight into fp32 and multiplied once by the global scale and 2^-c.
+//  * Quantized activations (W4A8 fp8 / int8, NVFP4 W4A4): the gather writes each quantized value
+//    as an exact operand-dtype value (int8 and e4m3 values are exact in bf16 / fp16, as are NVFP4's
+//    e2m1 * e4m3), so every product is the reference's exact product and each group's partial an
+//    fp32 sum (numerics.md "Products"); the row's activation scale multiplies the fp32 result
+//    (W4A8: acc = sum_g part_g * s_g, y = acc * s_a; W4A4: y = acc * ((1/G) * global) * 2^-c).
 template <WFmt F> struct WqFmt;
-template <> struct WqFmt<WFmt::kU4> { static constexpr int KA = 64; };
-template <> struct WqFmt<WFmt::kU8> { static constexpr int KA = 32; };
+template <> struct WqFmt<WFmt::kU4> { static constexpr int KA = 64, UNIT = 512; };
+template <> struct WqFmt<WFmt::kU8> { static constexpr int KA = 32, UNIT = 512; };
+template <> struct WqFmt<WFmt::kNV4> { static constexpr int KA = 64, UNIT = 512 + 64; };  // + 16 rows x 4 e4m3
+template <> struct WqFmt<WFmt::kMX4> { static constexpr int KA = 64, UNIT = 512 + 32; };  // + 16 rows x 2 e8m0
+template <WFmt F> constexpr bool kWqFp4 = F == WFmt::kNV4 || F == WFmt::kMX4;
 
 // One stage = 128 k-columns (two 64-wide TMA boxes of tokens, two atoms per n16 tile for int4,
 // four for int8): 8 HGMMAs per wait, so the per-stage waits, barrier arrivals and loop control
@@ -324,7 +336,7 @@ template <WFmt F>
 struct WqCfg {
   static constexpr int ATOMS = 128 / WqFmt<F>::KA;     // atoms per n16 tile per 128-k stage
   static constexpr int X_ST = 2 * kBM * 128;           // 128 tokens x 128 k (bf16) as two 64-k boxes
-  static constexpr int W_ST = 8 * ATOMS * 512;         // 8 n16 tiles
+  static constexpr int W_ST = 8 * ATOMS * WqFmt<F>::UNIT;  // 8 n16 tiles
   static constexpr int SMEM = kWqStages * (X_ST + W_ST) + 2 * kWqStages * 8 + 1024;
 };
 
@@ -333,7 +345,8 @@ __global__ void __launch_bounds__(384, 1)
     sm90_moe_wq_kernel(const __grid_constant__ CUtensorMap tma_x, const Sm90Gemm p) {
 #if QMOE_SM90A
   using C = WqCfg<F>;
-  constexpr int KA = WqFmt<F>::KA, ATOMS = C::ATOMS, STAGES = kWqStages;
+  constexpr int KA = WqFmt<F>::KA, UNIT = WqFmt<F>::UNIT, ATOMS = C::ATOMS, STAGES = kWqStages;
+  constexpr bool FP4 = kWqFp4<F>;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   uint8_t* sX = smem;
@@ -362,7 +375,7 @@ __global__ void __launch_bounds__(384, 1)
   const int nk = (p.k + 127) / 128;
   const int ntiles16 = p.np / 16;
   const int katoms = p.kp / KA;
-  const uint8_t* wexp = static_cast<const uint8_t*>(p.w) + static_cast<size_t>(e) * ntiles16 * katoms * 512;
+  const uint8_t* wexp = static_cast<const uint8_t*>(p.w) + static_cast<size_t>(e) * ntiles16 * katoms * UNIT;
 
   if (wg == 0) {
     setmaxnreg_dec<40>();
@@ -374,14 +387,14 @@ __global__ void __launch_bounds__(384, 1)
         mbar_wait(&empty[s], ph);
         // the last stage may hold fewer atoms than a full one (kp is a multiple of 64 only)
         const int atoms = min(ATOMS, katoms - kb * ATOMS);
-        mbar_expect_tx(&full[s], C::X_ST + 8 * atoms * 512);
+        mbar_expect_tx(&full[s], C::X_ST + 8 * atoms * UNIT);
         tma_load_2d(sX + s * C::X_ST, &tma_x, &full[s], kb * 128, mb * kBM);
         tma_load_2d(sX + s * C::X_ST + kBM * 128, &tma_x, &full[s], kb * 128 + 64, mb * kBM);
 #pragma unroll
         for (int t = 0; t < 8; ++t) {
           const int gt = min(nb * 8 + t, ntiles16 - 1);  // rows past np: any atoms, never stored
-          bulk_load(sW + s * C::W_ST + t * ATOMS * 512, wexp + (static_cast<size_t>(gt) * katoms + kb * ATOMS) * 512,
-                    atoms * 512, &full[s]);
+          bulk_load(sW + s * C::W_ST + t * ATOMS * UNIT, wexp + (static_cast<size_t>(gt) * katoms + kb * ATOMS) * UNIT,
+                    atoms * UNIT, &full[s]);
         }
         if (++s == STAGES) { s = 0; ph ^= 1; }
       }
@@ -416,7 +429,7 @@ __global__ void __launch_bounds__(384, 1)
   auto scale_of = [&](int h, int g) -> float {
     return rok[h] ? __ldg(p.col_scale + (static_cast<size_t>(e) * p.kg + g) * p.nsc + orow[h]) : 0.f;
   };
-  constexpr bool channel = CHANNEL;  // one scale per row: accumulate straight into acc
+  constexpr bool channel = CHANNEL || FP4;  // one scale per row: accumulate straight into acc
   const int chunk_kb = channel ? nk : p.chunk / 128;  // stages per weight group (chunk % 128 == 0)
 
   float acc[64], tmp[64];
@@ -428,11 +441,34 @@ __global__ void __launch_bounds__(384, 1)
   for (int kb = 0; kb < nk; ++kb) {
     mbar_wait(&full[s], ph);
     const uint8_t* x_st = sX + s * C::X_ST;
-    const uint8_t* w_st = sW + s * C::W_ST + (cw * 4 + warp) * ATOMS * 512;
+    const uint8_t* w_st = sW + s * C::W_ST + (cw * 4 + warp) * ATOMS * UNIT;
     uint32_t af[8][4];
 #pragma unroll
     for (int st = 0; st < 8; ++st) {
-      if constexpr (F == WFmt::kU4) {
+      if constexpr (FP4) {
+        // unit st / 4, its k16 block b = st % 4; rows g (h = 0) and g + 8 (h = 1)
+        const uint8_t* unit = w_st + (st >> 2) * UNIT;
+        const uint4 v = *reinterpret_cast<const uint4*>(unit + lane * 16);
+        const int b = st & 3;
+        const uint32_t w = b == 0 ? v.x : b == 1 ? v.y : b == 2 ? v.z : v.w;
+        uint32_t s2[2];
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int row = h * 8 + (lane >> 2);
+          if constexpr (F == WFmt::kNV4) {
+            // blocks (b & ~1, b | 1) as a pair, times 2^(126 + c); broadcast block b
+            const uint32_t sw = *reinterpret_cast<const uint32_t*>(unit + 512 + row * 4);
+            const uint32_t pr = Op::mul2(dq_fp8_pair<Op>(sw, b & 2), Fp4Bits<Op>::kFold);
+            s2[h] = __byte_perm(pr, 0u, (b & 1) ? 0x3232 : 0x1010);
+          } else {
+            s2[h] = mx_scale_pair<Op>(unit[512 + row * 2 + (b >> 1)]);  // group b / 2 of 32 k
+          }
+        }
+        af[st][0] = Op::mul2(e2m1_raw_pair<Op, 0>(w), s2[0]);  // rows g,     k 2t..
+        af[st][1] = Op::mul2(e2m1_raw_pair<Op, 2>(w), s2[1]);  // rows g + 8, k 2t..
+        af[st][2] = Op::mul2(e2m1_raw_pair<Op, 1>(w), s2[0]);  // rows g,     k 2t + 8..
+        af[st][3] = Op::mul2(e2m1_raw_pair<Op, 3>(w), s2[1]);  // rows g + 8, k 2t + 8..
+      } else if constexpr (F == WFmt::kU4) {
         const uint4 v = *reinterpret_cast<const uint4*>(w_st + ((st >> 2) * 32 + lane) * 16);
         const uint32_t w = (st & 3) == 0 ? v.x : (st & 3) == 1 ? v.y : (st & 3) == 2 ? v.z : v.w;
         af[st][0] = dq_u4_pair<Op>(w, 0, zm[0]);  // rows g,     k 2t..
@@ -482,14 +518,40 @@ __global__ void __launch_bounds__(384, 1)
       if (kb + 1 < nk) load_zero(min(g, p.kg - 1));
     }
   }
-  if constexpr (channel) {
-    const float s0 = scale_of(0, 0), s1 = scale_of(1, 0);
+  if constexpr (FP4) {
+    // (row scale x global scale) x 2^-c, as moe_gemm_fp4.cu; the row scale (W4A4: 1 / G) by position
+    float cs[2];
 #pragma unroll
-    for (int j = 0; j < 16; ++j) {
-      acc[j * 4 + 0] *= s0;
-      acc[j * 4 + 1] *= s0;
-      acc[j * 4 + 2] *= s1;
-      acc[j * 4 + 3] *= s1;
+    for (int h = 0; h < 2; ++h)
+      cs[h] = rok[h] && p.col_scale != nullptr ? p.col_scale[static_cast<size_t>(e) * p.nsc + orow[h] / p.n_div] : 1.f;
+#pragma unroll
+    for (int j = 0; j < 16; ++j)
+#pragma unroll
+      for (int e2 = 0; e2 < 2; ++e2) {
+        const float rs = p.row_scale != nullptr ? p.row_scale[static_cast<size_t>(mb * kBM + 8 * j + 2 * (lane & 3) + e2) * p.rs_groups] : 1.f;
+        acc[j * 4 + e2] *= (rs * cs[0]) * Fp4Bits<Op>::kUnscale;
+        acc[j * 4 + 2 + e2] *= (rs * cs[1]) * Fp4Bits<Op>::kUnscale;
+      }
+  } else {
+    if constexpr (channel) {
+      const float s0 = scale_of(0, 0), s1 = scale_of(1, 0);
+#pragma unroll
+      for (int j = 0; j < 16; ++j) {
+        acc[j * 4 + 0] *= s0;
+        acc[j * 4 + 1] *= s0;
+        acc[j * 4 + 2] *= s1;
+        acc[j * 4 + 3] *= s1;
+      }
+    }
+    if (p.row_scale != nullptr) {  // W4A8: y = acc * s_a of the position's token
+#pragma unroll
+      for (int j = 0; j < 16; ++j)
+#pragma unroll
+        for (int e2 = 0; e2 < 2; ++e2) {
+          const float rs = p.row_scale[static_cast<size_t>(mb * kBM + 8 * j + 2 * (lane & 3) + e2) * p.rs_groups];
+          acc[j * 4 + e2] *= rs;
+          acc[j * 4 + 2 + e2] *= rs;
+        }
     }
   }
 
@@ -560,14 +622,15 @@ __global__ void __launch_bounds__(128) sm90_gather_kernel(const Sm90Gather p) {
   const bool live = sid < p.numel;
   const int tid = threadIdx.x;
   if (!live) {  // padding row: zeros (never read into an output)
-    if (p.quant == 0) {
+    if (p.quant == 0 || p.out16) {
       T* dst = static_cast<T*>(p.out) + static_cast<size_t>(pos) * p.out_pitch;
       for (int i = tid; i < p.cols; i += 128) dst[i] = Op::from_f(0.f);
     } else {
       uint8_t* dst = static_cast<uint8_t*>(p.out) + static_cast<size_t>(pos) * p.out_pitch;
       for (int i = tid; i < p.cols; i += 128) dst[i] = 0;
-      for (int g = tid; g < p.groups; g += 128) p.scales[static_cast<size_t>(pos) * p.groups + g] = 0.f;
     }
+    if (p.quant != 0)
+      for (int g = tid; g < p.groups; g += 128) p.scales[static_cast<size_t>(pos) * p.groups + g] = 0.f;
     return;
   }
   const int64_t srow = p.by_sorted ? sid / p.row_div : pos;
@@ -578,19 +641,19 @@ __global__ void __launch_bounds__(128) sm90_gather_kernel(const Sm90Gather p) {
     if (p.topk_w != nullptr) v = Op::to_f(Op::from_f(v * w));
     return v;
   };
+  T* dst16 = static_cast<T*>(p.out) + static_cast<size_t>(pos) * p.out_pitch;
+  uint8_t* dst = static_cast<uint8_t*>(p.out) + static_cast<size_t>(pos) * p.out_pitch;
   if (p.quant == 0) {
-    T* dst = static_cast<T*>(p.out) + static_cast<size_t>(pos) * p.out_pitch;
     if (p.topk_w == nullptr && p.cols % 8 == 0 && reinterpret_cast<uintptr_t>(src) % 16 == 0 &&
         p.out_pitch % 8 == 0) {
       const uint4* s4 = reinterpret_cast<const uint4*>(src);
-      uint4* d4 = reinterpret_cast<uint4*>(dst);
+      uint4* d4 = reinterpret_cast<uint4*>(dst16);
       for (int i = tid; i < p.cols / 8; i += 128) d4[i] = s4[i];
     } else {
-      for (int i = tid; i < p.cols; i += 128) dst[i] = Op::from_f(val(i));
+      for (int i = tid; i < p.cols; i += 128) dst16[i] = Op::from_f(val(i));
     }
     return;
   }
-  uint8_t* dst = static_cast<uint8_t*>(p.out) + static_cast<size_t>(pos) * p.out_pitch;
   if (p.quant == 3 || p.quant == 1) {
     float s;
     if (p.quant == 3) {
@@ -600,7 +663,11 @@ __global__ void __launch_bounds__(128) sm90_gather_kernel(const Sm90Gather p) {
       for (int i = tid; i < p.cols; i += 128) mx = fmaxf(mx, fabsf(val(i)));
       s = fmaxf(block_max128(mx, red), 1e-10f) / 448.f;
     }
-    for (int i = tid; i < p.cols; i += 128) dst[i] = to_e4m3(val(i) / s);
+    for (int i = tid; i < p.cols; i += 128) {
+      const uint8_t c = to_e4m3(val(i) / s);
+      if (p.out16) dst16[i] = Op::from_f(__half2float(__half(__nv_cvt_fp8_to_halfraw(c, __NV_E4M3))));  // exact
+      else dst[i] = c;
+    }
     if (tid == 0) p.scales[static_cast<size_t>(pos) * p.groups] = s;
     return;
   }
@@ -608,9 +675,23 @@ __global__ void __launch_bounds__(128) sm90_gather_kernel(const Sm90Gather p) {
     float mx = 0.f;
     for (int i = tid; i < p.cols; i += 128) mx = fmaxf(mx, fabsf(val(i)));
     const float s = fmaxf(block_max128(mx, red), 1e-10f) / 127.f;
-    for (int i = tid; i < p.cols; i += 128)
-      dst[i] = static_cast<uint8_t>(static_cast<int8_t>(fminf(fmaxf(rintf(val(i) / s), -128.f), 127.f)));
+    for (int i = tid; i < p.cols; i += 128) {
+      const float q = fminf(fmaxf(rintf(val(i) / s), -128.f), 127.f);
+      if (p.out16) dst16[i] = Op::from_f(q);
+      else dst[i] = static_cast<uint8_t>(static_cast<int8_t>(q));
+    }
     if (tid == 0) p.scales[static_cast<size_t>(pos) * p.groups] = s;
+    return;
+  }
+  if (p.quant == 5) {  // NVFP4 per 16, as act_prep_q: 16 consecutive lanes hold one block
+    const float G = 1.f / p.in_scale[p.expert_ids[pos / kBM]];
+    const float inv_G = 1.f / G;
+    for (int base = 0; base < p.cols; base += 128) {
+      const int i = base + tid;
+      const float v = nvfp4_quant_lane(i < p.cols ? val(i) : 0.f, G, inv_G);
+      if (i < p.cols) dst16[i] = Op::from_f(v);
+    }
+    if (tid == 0) p.scales[static_cast<size_t>(pos) * p.groups] = inv_G;
     return;
   }
   // quant 2: one warp per 128-column group
@@ -763,9 +844,16 @@ bool sm90_supports(WFmt fmt, int mode, int chunk) {
 }
 
 void launch_sm90_wq_gemm(bool f16, WFmt fmt, const Sm90Gemm& p, cudaStream_t s) {
-  QMOE_CHECK(fmt == WFmt::kU4 || fmt == WFmt::kU8, kInternal, "sm90 wq GEMM: format ", static_cast<int>(fmt));
+  QMOE_CHECK(fmt == WFmt::kU4 || fmt == WFmt::kU8 || fmt == WFmt::kNV4 || fmt == WFmt::kMX4, kInternal,
+             "sm90 wq GEMM: format ", static_cast<int>(fmt));
   const bool ch = p.chunk >= p.kp;  // channel scales (or one group covering all of K)
-  if (fmt == WFmt::kU4) {
+  if (fmt == WFmt::kNV4) {  // block scales in the operands: always the channel loop
+    if (f16) launch_wq<F16, WFmt::kNV4, true>(p, s);
+    else launch_wq<BF16, WFmt::kNV4, true>(p, s);
+  } else if (fmt == WFmt::kMX4) {
+    if (f16) launch_wq<F16, WFmt::kMX4, true>(p, s);
+    else launch_wq<BF16, WFmt::kMX4, true>(p, s);
+  } else if (fmt == WFmt::kU4) {
     if (f16) ch ? launch_wq<F16, WFmt::kU4, true>(p, s) : launch_wq<F16, WFmt::kU4, false>(p, s);
     else ch ? launch_wq<BF16, WFmt::kU4, true>(p, s) : launch_wq<BF16, WFmt::kU4, false>(p, s);
   } else {

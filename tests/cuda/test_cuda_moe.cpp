@@ -299,16 +299,33 @@ TEST(CudaSm90, PrefillPathIsTakenAndMatchesReference) {
   // INT8 W8A8 (symmetric int8 channel weights x int8 per-token activations) on IGMMA: exact int32
   add("int8_w8a8", [](auto& sp) { sp.kind = SchemeKind::kINT8W8A8; sp.group_size = 0; });
   add("int8_w8a8_fp16", [](auto& sp) { sp.kind = SchemeKind::kINT8W8A8; sp.group_size = 0; sp.act_dtype = DType::kF16; });
+  // backend II on the quantized-weight kernel: W4A8 (int4 x fp8 / int8 per-token values as exact
+  // 16-bit operands), NVFP4 A16 / W4A4 and MXFP4 A16 (fp4 units, block scales in the operands)
+  add("w4a8_fp8_g128", [](auto& sp) { sp.kind = SchemeKind::kW4A8FP8; sp.group_size = 128; });
+  add("w4a8_int8_g128_asym", [](auto& sp) { sp.kind = SchemeKind::kW4A8INT8; sp.group_size = 128; sp.symmetric = false; });
+  add("w4a8_int8_channel_fp16", [](auto& sp) {
+    sp.kind = SchemeKind::kW4A8INT8; sp.group_size = 0; sp.act_dtype = DType::kF16; });
+  add("nvfp4a16", [](auto& sp) { sp.kind = SchemeKind::kNVFP4A16; sp.group_size = 16; });
+  add("nvfp4_w4a4", [](auto& sp) { sp.kind = SchemeKind::kNVFP4; sp.group_size = 16; });
+  add("nvfp4_w4a4_fp16", [](auto& sp) { sp.kind = SchemeKind::kNVFP4; sp.group_size = 16; sp.act_dtype = DType::kF16; });
+  add("mxfp4a16", [](auto& sp) { sp.kind = SchemeKind::kMXFP4A16; sp.group_size = 32; });
+  add("mxfp4a16_fp16", [](auto& sp) { sp.kind = SchemeKind::kMXFP4A16; sp.group_size = 32; sp.act_dtype = DType::kF16; });
   const int E = 5, H = 392, I = 104;
   for (size_t ci = 0; ci < cases.size(); ++ci) {
     const Case& c = cases[ci];
     ExpertWeights w = make_weights(c.spec, E, H, I, 300 + static_cast<int>(ci));
     cuda::DevExperts ex = cuda::prepare(w, Activation::kSiluMul);
-    if (w.scheme.kind != SchemeKind::kWNA16)
+    const SchemeKind kind = w.scheme.kind;
+    if (kind == SchemeKind::kUnquantized || kind == SchemeKind::kFP8W8A8 || kind == SchemeKind::kINT8W8A8)
       ASSERT_NE(ex.w13.wp.ptr, nullptr) << c.name << ": no plain weight copy for the Hopper path";
-    // INT8 W8A8: exact int32 products; one flipped int8 code of h (a 1/127 step of the token's
-    // amax) per output as backend II's tolerance (tests/cuda/test_cuda_q.cpp): 2^-5 rms, NMSE 1e-4
-    const Tol tol = w.scheme.kind == SchemeKind::kINT8W8A8 ? Tol{std::ldexp(1.0, -5), 1e-4} : tol_for(w, "sm90");
+    // Activation-quantizing backend II schemes: exact products, so only a flipped code of the
+    // re-quantized h moves an output, as backend II's tolerance (tests/cuda/test_cuda_q.cpp):
+    // int8 / fp8 values (INT8 W8A8, W4A8) 2^-5 rms, NVFP4 W4A4 (an e2m1 step) 2^-3 rms, NMSE 1e-4;
+    // A16 fp4 (exact operands, fp32 sums) as the other exact paths.
+    const Tol tol = kind == SchemeKind::kINT8W8A8 || kind == SchemeKind::kW4A8FP8 || kind == SchemeKind::kW4A8INT8
+                        ? Tol{std::ldexp(1.0, -5), 1e-4}
+                    : kind == SchemeKind::kNVFP4 ? Tol{std::ldexp(1.0, -3), 1e-4}
+                                                 : tol_for(w, "sm90");
     for (int mode : {0, 2}) {  // 2: expert 3 gets no token
       for (int64_t m : {333, 1200}) {
         const std::string kern = cuda::forward_kernels(ex, m, 2);

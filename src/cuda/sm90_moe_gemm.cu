@@ -451,7 +451,10 @@ __global__ void __launch_bounds__(384, 1)
         const uint4 v = *reinterpret_cast<const uint4*>(unit + lane * 16);
         const int b = st & 3;
         const uint32_t w = b == 0 ? v.x : b == 1 ? v.y : b == 2 ? v.z : v.w;
-        uint32_t s2[2];
+        uint32_t s2[2] = {0u, 0u};
+        // the last stage of an odd unit count holds one unit: the other slot is stale shared
+        // memory whose scale bytes may decode to inf (inf x the zero-filled tokens = NaN)
+        if (kb * ATOMS + (st >> 2) < katoms)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           const int row = h * 8 + (lane >> 2);

@@ -435,10 +435,14 @@ __global__ void __launch_bounds__(384, 1)
   float acc[64], tmp[64];
 #pragma unroll
   for (int i = 0; i < 64; ++i) acc[i] = 0.f;
-  // A fragments of one 128-k stage from its weight slot (stage kb in slot sj); the zero points
-  // (zm / zf) must be those of the stage's weight group
-  auto dequant = [&](uint32_t (&af)[8][4], int kb, int sj) {
-    const uint8_t* w_st = sW + sj * C::W_ST + (cw * 4 + warp) * ATOMS * UNIT;
+  int s = 0, ic = 0, g = 0;  // stage slot, stage within the group, group
+  uint32_t ph = 0;
+  load_zero(0);
+  for (int kb = 0; kb < nk; ++kb) {
+    mbar_wait(&full[s], ph);
+    const uint8_t* x_st = sX + s * C::X_ST;
+    const uint8_t* w_st = sW + s * C::W_ST + (cw * 4 + warp) * ATOMS * UNIT;
+    uint32_t af[8][4];
 #pragma unroll
     for (int st = 0; st < 8; ++st) {
       if constexpr (FP4) {
@@ -483,43 +487,20 @@ __global__ void __launch_bounds__(384, 1)
         af[st][3] = dq_u8_pair<Op>(w1, 2, zf[1]);
       }
     }
-  };
-  // Each step issues its stage's 8 wgmmas, then (while they run) waits for the next stage and
-  // dequantizes it into the other fragment buffer, then waits for the wgmmas and releases the
-  // stage: the dequantization of stage k + 1 overlaps the tensor work of stage k.
-  int s = 0, ic = 0, g = 0;  // stage slot, stage within the group, group (of the issued stage)
-  uint32_t ph = 0;
-  int sn = 0, icd = 0;       // slot, stage within its group of the next stage to dequantize
-  uint32_t phn = 0;
-  load_zero(0);
-  uint32_t afa[8][4], afb[8][4];
-  mbar_wait(&full[0], 0);
-  dequant(afa, 0, 0);
-  auto step = [&](uint32_t (&cur)[8][4], uint32_t (&nxt)[8][4], int kb) {
-    const uint8_t* x_st = sX + s * C::X_ST;
     wgmma_fence();
 #pragma unroll
     for (int st = 0; st < 8; ++st) {
       const uint64_t db = smem_desc(x_st + (st >> 2) * kBM * 128 + (st & 3) * 32);
       if constexpr (channel) {
-        if constexpr (std::is_same_v<Op, BF16>) wgmma_ra_n128_bf16(acc, cur[st], db, 1);
-        else wgmma_ra_n128_f16(acc, cur[st], db, 1);
+        if constexpr (std::is_same_v<Op, BF16>) wgmma_ra_n128_bf16(acc, af[st], db, 1);
+        else wgmma_ra_n128_f16(acc, af[st], db, 1);
       } else {
         const int sd = (ic == 0 && st == 0) ? 0 : 1;
-        if constexpr (std::is_same_v<Op, BF16>) wgmma_ra_n128_bf16(tmp, cur[st], db, sd);
-        else wgmma_ra_n128_f16(tmp, cur[st], db, sd);
+        if constexpr (std::is_same_v<Op, BF16>) wgmma_ra_n128_bf16(tmp, af[st], db, sd);
+        else wgmma_ra_n128_f16(tmp, af[st], db, sd);
       }
     }
     wgmma_commit();
-    if (kb + 1 < nk) {
-      if (++sn == STAGES) { sn = 0; phn ^= 1; }
-      if (++icd == chunk_kb) {  // the next stage starts a weight group: its zero points
-        icd = 0;
-        load_zero(min((kb + 1) / chunk_kb, p.kg - 1));
-      }
-      mbar_wait(&full[sn], phn);
-      dequant(nxt, kb + 1, sn);
-    }
     wgmma_wait0();
     if (lane == 0) mbar_arrive(&empty[s]);
     if (++s == STAGES) { s = 0; ph ^= 1; }
@@ -537,11 +518,8 @@ __global__ void __launch_bounds__(384, 1)
       }
       ic = 0;
       ++g;
+      if (kb + 1 < nk) load_zero(min(g, p.kg - 1));
     }
-  };
-  for (int kb = 0; kb < nk; kb += 2) {
-    step(afa, afb, kb);
-    if (kb + 1 < nk) step(afb, afa, kb + 1);
   }
   if constexpr (FP4) {
     // (row scale x global scale) x 2^-c, as moe_gemm_fp4.cu; the row scale (W4A4: 1 / G) by position

@@ -331,7 +331,10 @@ template <WFmt F> constexpr bool kWqFp4 = F == WFmt::kNV4 || F == WFmt::kMX4;
 // four for int8): 8 HGMMAs per wait, so the per-stage waits, barrier arrivals and loop control
 // are paid once per 128 k (ncu, mixtral M = 4096 at 64 k per stage: ~340 instructions per warp per
 // stage against 256 tensor cycles per warpgroup, 34% SM throughput, latency-bound).
-constexpr int kWqStages = 4;
+#ifndef QMOE_WQ_STAGES
+#define QMOE_WQ_STAGES 4
+#endif
+constexpr int kWqStages = QMOE_WQ_STAGES;
 template <WFmt F>
 struct WqCfg {
   static constexpr int ATOMS = 128 / WqFmt<F>::KA;     // atoms per n16 tile per 128-k stage
@@ -418,13 +421,14 @@ __global__ void __launch_bounds__(384, 1)
   float zf[2] = {zsym, zsym};
   uint32_t zm[2];
   zm[0] = zm[1] = Op::pack(Op::kInt4Base + zsym, Op::kInt4Base + zsym);
-  auto load_zero = [&](int g) {
-    if (p.zero == nullptr) return;
+  auto zero_of = [&](int h, int g) -> float {
+    return rok[h] ? p.zero[(static_cast<size_t>(e) * p.kg + g) * p.n + orow[h]] : zsym;
+  };
+  auto set_zero = [&](float z0, float z1) {
+    zf[0] = z0;
+    zf[1] = z1;
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      zf[h] = rok[h] ? p.zero[(static_cast<size_t>(e) * p.kg + g) * p.n + orow[h]] : zsym;
-      zm[h] = Op::pack(Op::kInt4Base + zf[h], Op::kInt4Base + zf[h]);
-    }
+    for (int h = 0; h < 2; ++h) zm[h] = Op::pack(Op::kInt4Base + zf[h], Op::kInt4Base + zf[h]);
   };
   auto scale_of = [&](int h, int g) -> float {
     return rok[h] ? __ldg(p.col_scale + (static_cast<size_t>(e) * p.kg + g) * p.nsc + orow[h]) : 0.f;
@@ -437,7 +441,12 @@ __global__ void __launch_bounds__(384, 1)
   for (int i = 0; i < 64; ++i) acc[i] = 0.f;
   int s = 0, ic = 0, g = 0;  // stage slot, stage within the group, group
   uint32_t ph = 0;
-  load_zero(0);
+  if (p.zero != nullptr) set_zero(zero_of(0, 0), zero_of(1, 0));
+  // the current group's scales, and the next group's scales / zero points: loaded before the
+  // group's last wgmmas are issued, used after they complete (a load at the promotion itself
+  // stalled the consumers ~20% of the time: ncu, mixtral-8x7b int4 g128 M = 4096)
+  float sc[2] = {0.f, 0.f}, sn[2] = {0.f, 0.f}, zn[2] = {zsym, zsym};
+  if constexpr (!channel) sc[0] = scale_of(0, 0), sc[1] = scale_of(1, 0);
   for (int kb = 0; kb < nk; ++kb) {
     mbar_wait(&full[s], ph);
     const uint8_t* x_st = sX + s * C::X_ST;
@@ -487,6 +496,13 @@ __global__ void __launch_bounds__(384, 1)
         af[st][3] = dq_u8_pair<Op>(w1, 2, zf[1]);
       }
     }
+    const bool gdone = ic + 1 == chunk_kb || kb == nk - 1;  // this stage ends its weight group
+    if (!channel && gdone && kb + 1 < nk) {
+      const int gn = min(g + 1, p.kg - 1);
+      sn[0] = scale_of(0, gn);
+      sn[1] = scale_of(1, gn);
+      if (p.zero != nullptr) zn[0] = zero_of(0, gn), zn[1] = zero_of(1, gn);
+    }
     wgmma_fence();
 #pragma unroll
     for (int st = 0; st < 8; ++st) {
@@ -504,21 +520,22 @@ __global__ void __launch_bounds__(384, 1)
     wgmma_wait0();
     if (lane == 0) mbar_arrive(&empty[s]);
     if (++s == STAGES) { s = 0; ph ^= 1; }
-    if (++ic == chunk_kb || kb == nk - 1) {  // group done: promote with its scales
+    ++ic;
+    if (gdone) {  // group done: promote with its scales, move to the next group's
       if constexpr (!channel) {
-        const int gg = min(g, p.kg - 1);
-        const float s0 = scale_of(0, gg), s1 = scale_of(1, gg);
 #pragma unroll
         for (int j = 0; j < 16; ++j) {
-          acc[j * 4 + 0] += tmp[j * 4 + 0] * s0;
-          acc[j * 4 + 1] += tmp[j * 4 + 1] * s0;
-          acc[j * 4 + 2] += tmp[j * 4 + 2] * s1;
-          acc[j * 4 + 3] += tmp[j * 4 + 3] * s1;
+          acc[j * 4 + 0] += tmp[j * 4 + 0] * sc[0];
+          acc[j * 4 + 1] += tmp[j * 4 + 1] * sc[0];
+          acc[j * 4 + 2] += tmp[j * 4 + 2] * sc[1];
+          acc[j * 4 + 3] += tmp[j * 4 + 3] * sc[1];
         }
+        sc[0] = sn[0];
+        sc[1] = sn[1];
+        if (p.zero != nullptr && kb + 1 < nk) set_zero(zn[0], zn[1]);
       }
       ic = 0;
       ++g;
-      if (kb + 1 < nk) load_zero(min(g, p.kg - 1));
     }
   }
   if constexpr (FP4) {

@@ -53,7 +53,8 @@ struct Sm90Cfg {
   static constexpr int A_ST = KH * kBM * 128;        // bytes per stage
   static constexpr int B_ST = KH * BN * 128;
   static constexpr int NACC = BN / 2;                 // fp32 accumulators per thread (64 rows / 128 threads)
-  static constexpr int SMEM = STAGES * (A_ST + B_ST) + 2 * STAGES * 8 + 1024;  // + barriers + alignment
+  // + barriers, the tile's column / row scales (fp8, INT8), alignment
+  static constexpr int SMEM = STAGES * (A_ST + B_ST) + 2 * STAGES * 8 + (BN + kBM) * 4 + 1024;
 };
 
 // ---- PTX helpers (sm_90) -------------------------------------------------------------------------
@@ -164,16 +165,31 @@ __global__ void __launch_bounds__(384, 1)
   };
   // chunked fp8 (scales change along K): per k-block weight group / activation group
   const bool chunked = FP8 && (p.kchunk > 0 || p.rs_groups > 1);
+  // One scale pair for all of K (fp8 unchunked, INT8): the tile's column and row scales are staged
+  // in shared memory before the mainloop, so their loads and the column-order arithmetic overlap it
+  // (loaded in the epilogue they were about a third of its stall samples; the epilogue was 36% of
+  // the kernel's: ncu, mixtral-8x7b fp8 M = 4096 GEMM1).
+  float* s_cs = reinterpret_cast<float*>(empty + STAGES);  // [BN]
+  float* s_rs = s_cs + BN;                                   // [kBM]
+  if (FP8 && !chunked) {
+    static_assert(!FP8 || BN + kBM == 256, "one staged scale per consumer thread");
+    const int t = threadIdx.x - 128;
+    if (t < BN) s_cs[t] = col_scale(nb * BN + t, 0);
+    else s_rs[t - BN] = p.row_scale != nullptr ? p.row_scale[static_cast<size_t>(mb * kBM + t - BN) * p.rs_groups] : 1.f;
+  }
   // f(accumulator index, column scale, row scale) for every accumulator, with the scales of all of K
   auto each_scale = [&](auto&& f) {
-    load_rs(0);
+    named_bar_sync(1, 256);  // the consumer warpgroups' staged scales
+    float r[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) r[h] = s_rs[cw * 64 + warp * 16 + (lane >> 2) + h * 8];
 #pragma unroll
     for (int j = 0; j < NACC / 4; ++j)
 #pragma unroll
       for (int e2 = 0; e2 < 2; ++e2) {
-        const float cs = col_scale(nb * BN + 8 * j + 2 * (lane & 3) + e2, 0);
+        const float cs = s_cs[8 * j + 2 * (lane & 3) + e2];
 #pragma unroll
-        for (int h = 0; h < 2; ++h) f(j * 4 + h * 2 + e2, cs, rs[h]);
+        for (int h = 0; h < 2; ++h) f(j * 4 + h * 2 + e2, cs, r[h]);
       }
   };
   // byte operands (fp8 / int8): per stage wait for the data, issue its MMAs, wait for them,
@@ -337,7 +353,7 @@ struct WqCfg {
   static constexpr int ATOMS = 128 / WqFmt<F>::KA;     // atoms per n16 tile per 128-k stage
   static constexpr int X_ST = 2 * kBM * 128;           // 128 tokens x 128 k (bf16) as two 64-k boxes
   static constexpr int W_ST = 8 * ATOMS * WqFmt<F>::UNIT;  // 8 n16 tiles
-  static constexpr int SMEM = kWqStages * (X_ST + W_ST) + 2 * kWqStages * 8 + 1024;
+  static constexpr int SMEM = kWqStages * (X_ST + W_ST) + 2 * kWqStages * 8 + kBM * 4 + 1024;  // + row scales
 };
 
 template <class Op, WFmt F, bool CHANNEL>
@@ -431,6 +447,9 @@ __global__ void __launch_bounds__(384, 1)
     return rok[h] ? __ldg(p.col_scale + (static_cast<size_t>(e) * p.kg + g) * p.nsc + orow[h]) : 0.f;
   };
   constexpr bool channel = CHANNEL || FP4;  // one scale per row: accumulate straight into acc
+  // the M-block's activation scales (W4A8, W4A4), staged before the mainloop for the epilogue
+  float* s_rs = reinterpret_cast<float*>(empty + STAGES);
+  if (p.row_scale != nullptr && cw == 0) s_rs[tid] = p.row_scale[static_cast<size_t>(mb * kBM + tid) * p.rs_groups];
   const int chunk_kb = channel ? nk : p.chunk / 128;  // stages per weight group (chunk % 128 == 0)
 
   float acc[64], tmp[64];
@@ -535,6 +554,7 @@ __global__ void __launch_bounds__(384, 1)
       ++g;
     }
   }
+  if (p.row_scale != nullptr) named_bar_sync(1, 256);  // the staged activation scales
   if constexpr (FP4) {
     // (row scale x global scale) x 2^-c, as moe_gemm_fp4.cu; the row scale (W4A4: 1 / G) by position
     float cs[2];
@@ -545,7 +565,7 @@ __global__ void __launch_bounds__(384, 1)
     for (int j = 0; j < 16; ++j)
 #pragma unroll
       for (int e2 = 0; e2 < 2; ++e2) {
-        const float rs = p.row_scale != nullptr ? p.row_scale[static_cast<size_t>(mb * kBM + 8 * j + 2 * (lane & 3) + e2) * p.rs_groups] : 1.f;
+        const float rs = p.row_scale != nullptr ? s_rs[8 * j + 2 * (lane & 3) + e2] : 1.f;
         acc[j * 4 + e2] *= (rs * cs[0]) * Fp4Bits<Op>::kUnscale;
         acc[j * 4 + 2 + e2] *= (rs * cs[1]) * Fp4Bits<Op>::kUnscale;
       }
@@ -565,7 +585,7 @@ __global__ void __launch_bounds__(384, 1)
       for (int j = 0; j < 16; ++j)
 #pragma unroll
         for (int e2 = 0; e2 < 2; ++e2) {
-          const float rs = p.row_scale[static_cast<size_t>(mb * kBM + 8 * j + 2 * (lane & 3) + e2) * p.rs_groups];
+          const float rs = s_rs[8 * j + 2 * (lane & 3) + e2];
           acc[j * 4 + e2] *= rs;
           acc[j * 4 + 2 + e2] *= rs;
         }

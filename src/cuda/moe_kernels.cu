@@ -165,10 +165,25 @@ __global__ void align_kernel(const int32_t* __restrict__ ids, int numel, const i
   const int tid = threadIdx.x;
   for (int e = tid; e < E; e += blockDim.x) { cnt[e] = 0; cur[e] = 0; }
   __syncthreads();
-  for (int i = tid; i < numel; i += blockDim.x) {
-    int e = ids[i];
-    if (emap != nullptr) e = emap[e];
-    if (e >= 0) atomicAdd(&cnt[e], 1);
+  // the ids are read kU at a time per thread, all loads issued before their atomics (one loop
+  // iteration per id waited a full memory round trip: 48 us for 32768 ids, ncu, qwen3 M = 4096)
+  constexpr int kU = 8;
+  auto local_ids = [&](int i0, int (&ev)[kU]) {
+#pragma unroll
+    for (int u = 0; u < kU; ++u) {
+      const int i = i0 + u * static_cast<int>(blockDim.x);
+      ev[u] = i < numel ? ids[i] : -1;
+    }
+    if (emap != nullptr)
+#pragma unroll
+      for (int u = 0; u < kU; ++u) ev[u] = ev[u] >= 0 ? emap[ev[u]] : -1;
+  };
+  for (int i0 = tid; i0 < numel; i0 += kU * blockDim.x) {
+    int ev[kU];
+    local_ids(i0, ev);
+#pragma unroll
+    for (int u = 0; u < kU; ++u)
+      if (ev[u] >= 0) atomicAdd(&cnt[ev[u]], 1);
   }
   for (int i = tid; i < capacity; i += blockDim.x) sorted[i] = numel;
   __syncthreads();
@@ -212,12 +227,12 @@ __global__ void align_kernel(const int32_t* __restrict__ ids, int numel, const i
   __syncthreads();
   for (int e = tid; e < E; e += blockDim.x)
     for (int b = off[e] / B; b < off[e + 1] / B; ++b) eids[b] = e;
-  for (int i = tid; i < numel; i += blockDim.x) {
-    int e = ids[i];
-    if (emap != nullptr) e = emap[e];
-    if (e < 0) continue;
-    int pos = off[e] + atomicAdd(&cur[e], 1);
-    sorted[pos] = i;
+  for (int i0 = tid; i0 < numel; i0 += kU * blockDim.x) {
+    int ev[kU];
+    local_ids(i0, ev);
+#pragma unroll
+    for (int u = 0; u < kU; ++u)
+      if (ev[u] >= 0) sorted[off[ev[u]] + atomicAdd(&cur[ev[u]], 1)] = i0 + u * static_cast<int>(blockDim.x);
   }
 }
 

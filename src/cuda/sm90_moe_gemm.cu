@@ -53,8 +53,8 @@ struct Sm90Cfg {
   static constexpr int A_ST = KH * kBM * 128;        // bytes per stage
   static constexpr int B_ST = KH * BN * 128;
   static constexpr int NACC = BN / 2;                 // fp32 accumulators per thread (64 rows / 128 threads)
-  // + barriers, the tile's column / row scales (fp8, INT8), alignment
-  static constexpr int SMEM = STAGES * (A_ST + B_ST) + 2 * STAGES * 8 + (BN + kBM) * 4 + 1024;
+  // + barriers, the tile's column / row scales (fp8, INT8) and bias, alignment
+  static constexpr int SMEM = STAGES * (A_ST + B_ST) + 2 * STAGES * 8 + (2 * BN + kBM) * 4 + 1024;
 };
 
 // ---- PTX helpers (sm_90) -------------------------------------------------------------------------
@@ -171,11 +171,25 @@ __global__ void __launch_bounds__(384, 1)
   // the kernel's: ncu, mixtral-8x7b fp8 M = 4096 GEMM1).
   float* s_cs = reinterpret_cast<float*>(empty + STAGES);  // [BN]
   float* s_rs = s_cs + BN;                                   // [kBM]
-  if (FP8 && !chunked) {
+  float* s_bias = s_rs + kBM;  // [BN]: stage 1 the tile's BN / 2 gate then up biases, stage 2 its columns'
+  const bool staged = FP8 && !chunked;
+  if (staged) {
     static_assert(!FP8 || BN + kBM == 256, "one staged scale per consumer thread");
     const int t = threadIdx.x - 128;
     if (t < BN) s_cs[t] = col_scale(nb * BN + t, 0);
     else s_rs[t - BN] = p.row_scale != nullptr ? p.row_scale[static_cast<size_t>(mb * kBM + t - BN) * p.rs_groups] : 1.f;
+  }
+  if (p.bias != nullptr) {
+    for (int t = threadIdx.x - 128; t < BN; t += 256) {
+      const float* be = p.bias + static_cast<size_t>(e) * p.n;
+      if (p.stage == 1) {
+        const int c = t % (BN / 2), i = nb * (BN / 2) + c;
+        s_bias[t] = i < p.half ? be[(t < BN / 2 ? 0 : p.half) + i] : 0.f;
+      } else {
+        const int n = nb * BN + t;
+        s_bias[t] = n < p.n ? be[n] : 0.f;
+      }
+    }
   }
   // f(accumulator index, column scale, row scale) for every accumulator, with the scales of all of K
   auto each_scale = [&](auto&& f) {
@@ -276,6 +290,7 @@ __global__ void __launch_bounds__(384, 1)
 
   // ---- epilogue: thread holds rows row_base + {0, 8}, columns 8 j + 2 (lane & 3) + {0, 1}
   using T = typename Op::T;
+  if (p.bias != nullptr && !staged) named_bar_sync(1, 256);  // the staged biases (each_scale synced the others)
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int pos = row_base + h * 8;
@@ -293,8 +308,9 @@ __global__ void __launch_bounds__(384, 1)
         for (int e2 = 0; e2 < 2; ++e2) {
           float g = acc[(2 * q) * 4 + h * 2 + e2], u = acc[(2 * q + 1) * 4 + h * 2 + e2];
           if (p.bias != nullptr) {
-            g += p.bias[static_cast<size_t>(e) * p.n + i + e2];
-            u += p.bias[static_cast<size_t>(e) * p.n + p.half + i + e2];
+            const int c = q * 8 + 2 * (lane & 3) + e2;  // the tile's intermediate column i + e2
+            g += s_bias[c];
+            u += s_bias[BN / 2 + c];
           }
           hv[e2] = act_fn(p.act, g, u);
         }
@@ -310,8 +326,8 @@ __global__ void __launch_bounds__(384, 1)
         if (n >= p.n) continue;
         float v0 = acc[j * 4 + h * 2], v1 = acc[j * 4 + h * 2 + 1];
         if (p.bias != nullptr) {
-          v0 += p.bias[static_cast<size_t>(e) * p.n + n];
-          v1 += p.bias[static_cast<size_t>(e) * p.n + n + 1];
+          v0 += s_bias[n - nb * BN];
+          v1 += s_bias[n - nb * BN + 1];
         }
         *reinterpret_cast<float2*>(orow + n) = make_float2(v0 * w, v1 * w);
       }
@@ -450,6 +466,25 @@ __global__ void __launch_bounds__(384, 1)
   // the M-block's activation scales (W4A8, W4A4), staged before the mainloop for the epilogue
   float* s_rs = reinterpret_cast<float*>(empty + STAGES);
   if (p.row_scale != nullptr && cw == 0) s_rs[tid] = p.row_scale[static_cast<size_t>(mb * kBM + tid) * p.rs_groups];
+  // this thread's two rows' scales for all of K (channel / fp4 global) and biases, loaded before
+  // the mainloop too (stage 1: the gate and up bias of intermediate column tile16 * 8 + lane / 4)
+  float rsc[2] = {1.f, 1.f}, rb[2] = {0.f, 0.f};
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    if constexpr (FP4) {
+      if (rok[h] && p.col_scale != nullptr) rsc[h] = p.col_scale[static_cast<size_t>(e) * p.nsc + orow[h] / p.n_div];
+    } else if constexpr (CHANNEL) {
+      rsc[h] = scale_of(h, 0);
+    }
+    if (p.bias != nullptr) {
+      if (p.stage == 1) {
+        const int i = tile16 * 8 + (lane >> 2);
+        rb[h] = i < p.half ? p.bias[static_cast<size_t>(e) * p.n + h * p.half + i] : 0.f;
+      } else {
+        rb[h] = rok[h] ? p.bias[static_cast<size_t>(e) * p.n + orow[h]] : 0.f;
+      }
+    }
+  }
   const int chunk_kb = channel ? nk : p.chunk / 128;  // stages per weight group (chunk % 128 == 0)
 
   float acc[64], tmp[64];
@@ -557,10 +592,7 @@ __global__ void __launch_bounds__(384, 1)
   if (p.row_scale != nullptr) named_bar_sync(1, 256);  // the staged activation scales
   if constexpr (FP4) {
     // (row scale x global scale) x 2^-c, as moe_gemm_fp4.cu; the row scale (W4A4: 1 / G) by position
-    float cs[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h)
-      cs[h] = rok[h] && p.col_scale != nullptr ? p.col_scale[static_cast<size_t>(e) * p.nsc + orow[h] / p.n_div] : 1.f;
+    const float* cs = rsc;
 #pragma unroll
     for (int j = 0; j < 16; ++j)
 #pragma unroll
@@ -571,7 +603,7 @@ __global__ void __launch_bounds__(384, 1)
       }
   } else {
     if constexpr (channel) {
-      const float s0 = scale_of(0, 0), s1 = scale_of(1, 0);
+      const float s0 = rsc[0], s1 = rsc[1];
 #pragma unroll
       for (int j = 0; j < 16; ++j) {
         acc[j * 4 + 0] *= s0;
@@ -598,11 +630,7 @@ __global__ void __launch_bounds__(384, 1)
     // rows h = 0 are 8 gate rows, h = 1 the matching up rows: intermediate column i
     const int i = tile16 * 8 + (lane >> 2);
     if (i >= p.half) return;
-    float bg = 0.f, bu = 0.f;
-    if (p.bias != nullptr) {
-      bg = p.bias[static_cast<size_t>(e) * p.n + i];
-      bu = p.bias[static_cast<size_t>(e) * p.n + p.half + i];
-    }
+    const float bg = rb[0], bu = rb[1];
 #pragma unroll
     for (int j = 0; j < 16; ++j)
 #pragma unroll
@@ -625,7 +653,7 @@ __global__ void __launch_bounds__(384, 1)
         for (int h = 0; h < 2; ++h) {
           if (!rok[h]) continue;
           float v = acc[j * 4 + h * 2 + e2];
-          if (p.bias != nullptr) v += p.bias[static_cast<size_t>(e) * p.n + orow[h]];
+          v += rb[h];
           orow_out[orow[h]] = v * w;
         }
       }

@@ -3,6 +3,7 @@
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <cuda_fp8.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -242,6 +243,16 @@ __device__ __forceinline__ int orig_row(const P& p, int n) {
 
 // ---- activations (numerics.md) -------------------------------------------------------------------
 // act: 0 silu*mul, 1 gelu(erf)*mul, 2 swigluoai
+// e4m3_satfinite(v): the hardware conversion (RNE, saturate to +-448, NaN kept) is the codec's
+// f32_to_e4m3(v, true) bit for bit; round_e4m3_sat returns that code's value (exact in f32).
+__device__ __forceinline__ uint8_t to_e4m3(float v) {
+  return static_cast<uint8_t>(__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3));
+}
+__device__ __forceinline__ float e4m3_value(uint8_t c) {
+  return __half2float(__half(__nv_cvt_fp8_to_halfraw(c, __NV_E4M3)));
+}
+__device__ __forceinline__ float round_e4m3_sat(float v) { return e4m3_value(to_e4m3(v)); }
+
 __device__ __forceinline__ float act_fn(int act, float g, float u) {
   if (act == 0) return g / (1.f + expf(-g)) * u;
   if (act == 1) return 0.5f * g * (1.f + erff(g * 0.70710678118654752f)) * u;

@@ -99,6 +99,19 @@ int wgmma_min_rows() {
   return v;
 }
 
+// How the Hopper path feeds a set of experts (sm90_moe.cuh): byte operands (e4m3 / int8 codes:
+// fp8 W8A8 on QGMMA, INT8 W8A8 on IGMMA), weights as the register operand (the wq kernel: int4 /
+// int8 atoms, fp4 units), and quantized activations as exact 16-bit values (W4A8, NVFP4 W4A4).
+struct Sm90Operands {
+  bool i8, bytes, wq, q16;
+  explicit Sm90Operands(const DevExperts& ex)
+      : i8(ex.fmt == WFmt::kU8 && ex.act_quant == ActQuant::kINT8Token),
+        bytes(ex.fmt == WFmt::kFP8 || i8),
+        wq(!i8 && (ex.fmt == WFmt::kU4 || ex.fmt == WFmt::kU8 || ex.fmt == WFmt::kNV4 || ex.fmt == WFmt::kMX4)),
+        q16(!bytes && ex.act_quant != ActQuant::kNone) {}
+  bool quant() const { return bytes || q16; }  // the gather quantizes the activation rows
+};
+
 bool sm90_eligible(const DevExperts& ex) {
   if (!sm90_available()) return false;
   // INT8 W8A8 with symmetric channel weights: the IGMMA kernel on the signed plain copy
@@ -188,25 +201,22 @@ struct ExpertsPlan {
       wg = rows_per_expert >= wgmma_min_rows() && sm90_eligible(ex);
     }
     if (wg) {
-      // byte operands (e4m3 or int8 codes) for fp8 and INT8 W8A8
-      const bool fp8 = ex.fmt == WFmt::kFP8 || (ex.fmt == WFmt::kU8 && ex.act_quant == ActQuant::kINT8Token);
-      // quantized activations as exact 16-bit values (W4A8, NVFP4 W4A4 on the wq kernel)
-      const bool q16 = !fp8 && ex.act_quant != ActQuant::kNone;
+      const Sm90Operands op(ex);
       bm = 128;
       cap = align_capacity(static_cast<int>(numel), ex.num_experts, bm);
       sorted = cv.take<int32_t>(cap);
       eids = cv.take<int32_t>(cap / bm);
       npost = cv.take<int32_t>(1);
-      const size_t esz = fp8 ? 1 : 2;
+      const size_t esz = op.bytes ? 1 : 2;
       as = cv.take<char>(static_cast<size_t>(cap) * ex.w13.kp * esz);
       hs = cv.take<char>(static_cast<size_t>(cap) * ex.w2.kp * 2);
-      if (fp8) {
+      if (op.bytes) {
         a_groups = ex.act_quant == ActQuant::kFP8Group128 ? (ex.hidden + 127) / 128 : 1;
         a_scale = cv.take<float>(static_cast<size_t>(cap) * a_groups);
         hsq = cv.take<char>(static_cast<size_t>(cap) * ex.w2.kp);
         h_groups = ex.act_quant == ActQuant::kFP8Group128 ? (ex.intermediate + 127) / 128 : 1;
         h_scale = cv.take<float>(static_cast<size_t>(cap) * h_groups);
-      } else if (q16) {
+      } else if (op.q16) {
         a_scale = cv.take<float>(static_cast<size_t>(cap));
         hsq = cv.take<char>(static_cast<size_t>(cap) * ex.w2.kp * 2);
         h_scale = cv.take<float>(static_cast<size_t>(cap));
@@ -313,12 +323,9 @@ void fill_gemm_common(GemmParams& g, const DevProj& pr, const ExpertsPlan& pl, i
 void run_experts_sm90(const DevExperts& ex, const ExpertsPlan& pl, const void* x, const float* topk_w,
                       const int32_t* topk_ids, const int32_t* emap, bool on_input, cudaStream_t s) {
   const bool f16 = ex.act == DType::kF16;
-  const bool i8 = ex.fmt == WFmt::kU8 && ex.act_quant == ActQuant::kINT8Token;  // INT8 W8A8 (IGMMA)
-  const bool fp8 = ex.fmt == WFmt::kFP8 || i8;  // byte operands: quantized activation rows
-  const bool wq = !i8 && (ex.fmt == WFmt::kU4 || ex.fmt == WFmt::kU8 || ex.fmt == WFmt::kNV4 || ex.fmt == WFmt::kMX4);
-  const bool q16 = !fp8 && ex.act_quant != ActQuant::kNone;  // W4A8 / W4A4: exact 16-bit values
-  const bool quant = fp8 || q16;
-  const int kind = i8 ? 2 : fp8 ? 1 : 0;
+  const Sm90Operands op(ex);
+  const bool wq = op.wq, quant = op.quant();
+  const int kind = op.i8 ? 2 : op.bytes ? 1 : 0;
   const int H = ex.hidden, I = ex.intermediate;
   const int qa = quant ? quant_code(ex.act_quant) : 0;
   launch_align(topk_ids, static_cast<int>(pl.numel), emap, ex.num_experts, pl.bm, pl.cap, pl.sorted, pl.eids,
@@ -336,7 +343,7 @@ void run_experts_sm90(const DevExperts& ex, const ExpertsPlan& pl, const void* x
   g.numel = static_cast<int>(pl.numel);
   g.rows = pl.cap;
   g.quant = qa;
-  g.out16 = q16 ? 1 : 0;
+  g.out16 = op.q16 ? 1 : 0;
   g.in_scale = ex.w13.in_scale_dev.as<float>();
   g.out = pl.as;
   g.out_pitch = ex.w13.kp;

@@ -2,7 +2,6 @@
 // reference), moe_align_block_size (one block, shared-memory histogram), activation preparation
 // with fp8 quantization (numerics.md: s = max(amax, 1e-10) / 448, q = e4m3_satfinite(x / s)),
 // the split-K activation finish and the sum over top-k.
-#include <cuda_fp8.h>
 
 #include <algorithm>
 #include <cfloat>
@@ -15,13 +14,6 @@ namespace qmoe::cuda {
 namespace {
 
 using namespace dev;
-
-// e4m3_satfinite(v) decoded back to f32: the hardware conversion (RNE, saturate to +-448, NaN
-// kept) is the codec's f32_to_e4m3(v, true) bit for bit; both results are exact in f32.
-__device__ __forceinline__ float round_e4m3_sat(float v) {
-  __nv_fp8_storage_t q = __nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3);
-  return __half2float(__half(__nv_cvt_fp8_to_halfraw(q, __NV_E4M3)));
-}
 
 // ---- routing --------------------------------------------------------------------------------------
 // Warp-wide argmax over sc[0..n) among entries with taken[i] == 0; ties -> lowest index.

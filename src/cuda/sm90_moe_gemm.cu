@@ -15,7 +15,6 @@
 // Tiles are visited in groups of 8 M-blocks (all N tiles of a group before the next), so a wave
 // of CTAs shares each A tile and each weight tile through L2.
 #include <cuda.h>
-#include <cuda_fp8.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -592,14 +591,13 @@ __global__ void __launch_bounds__(384, 1)
   if (p.row_scale != nullptr) named_bar_sync(1, 256);  // the staged activation scales
   if constexpr (FP4) {
     // (row scale x global scale) x 2^-c, as moe_gemm_fp4.cu; the row scale (W4A4: 1 / G) by position
-    const float* cs = rsc;
 #pragma unroll
     for (int j = 0; j < 16; ++j)
 #pragma unroll
       for (int e2 = 0; e2 < 2; ++e2) {
         const float rs = p.row_scale != nullptr ? s_rs[8 * j + 2 * (lane & 3) + e2] : 1.f;
-        acc[j * 4 + e2] *= (rs * cs[0]) * Fp4Bits<Op>::kUnscale;
-        acc[j * 4 + 2 + e2] *= (rs * cs[1]) * Fp4Bits<Op>::kUnscale;
+        acc[j * 4 + e2] *= (rs * rsc[0]) * Fp4Bits<Op>::kUnscale;
+        acc[j * 4 + 2 + e2] *= (rs * rsc[1]) * Fp4Bits<Op>::kUnscale;
       }
   } else {
     if constexpr (channel) {
@@ -671,10 +669,6 @@ __device__ __forceinline__ float block_max128(float v, float* red) {
   return fmaxf(fmaxf(red[0], red[1]), fmaxf(red[2], red[3]));
 }
 
-__device__ __forceinline__ uint8_t to_e4m3(float v) {
-  return static_cast<uint8_t>(__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3));
-}
-
 // 128 threads per position. The value of a source element is exactly what act_prep_kernel
 // (moe_kernels.cu) computes: round_act(x * w) for weight-on-input rows, else x.
 template <class Op>
@@ -730,7 +724,7 @@ __global__ void __launch_bounds__(128) sm90_gather_kernel(const Sm90Gather p) {
     }
     for (int i = tid; i < p.cols; i += 128) {
       const uint8_t c = to_e4m3(val(i) / s);
-      if (p.out16) dst16[i] = Op::from_f(__half2float(__half(__nv_cvt_fp8_to_halfraw(c, __NV_E4M3))));  // exact
+      if (p.out16) dst16[i] = Op::from_f(e4m3_value(c));  // exact
       else dst[i] = c;
     }
     if (tid == 0) p.scales[static_cast<size_t>(pos) * p.groups] = s;

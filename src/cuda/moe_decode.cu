@@ -1070,6 +1070,26 @@ bool decode90_use(WFmt fmt, int mode, int chunk, int kp, int ktiles_per_split, i
   return force || dec90_two_fit(d.L.total);  // QMOE_CUDA_DECODE90=2: wherever it fits (measurements)
 }
 
+bool decode90_fit(WFmt fmt, int mode, int chunk, int kp, DecodeConfig& d, int max_rows, bool zero) {
+  if (decode90_use(fmt, mode, chunk, kp, d.ktiles_per_split, d.slab_ktiles, max_rows, zero)) return true;
+  static const bool refit =
+      !(std::getenv("QMOE_CUDA_DECODE90_REFIT") && std::string(std::getenv("QMOE_CUDA_DECODE90_REFIT")) == "0");
+  if (!refit || !decode90_available()) return false;
+  const int ktiles = kp / 64;
+  const int slabs = d.ktiles_per_split / d.slab_ktiles;  // slabs per split now
+  for (int f = 2; f <= 4 && slabs >= f; f *= 2) {
+    DecodeConfig e = d;
+    e.ktiles_per_split = (slabs + f - 1) / f * d.slab_ktiles;
+    e.splits = (ktiles + e.ktiles_per_split - 1) / e.ktiles_per_split;
+    if (e.splits > 16) break;
+    if (decode90_use(fmt, mode, chunk, kp, e.ktiles_per_split, e.slab_ktiles, max_rows, zero)) {
+      d = e;
+      return true;
+    }
+  }
+  return false;
+}
+
 void launch_moe_decode(bool f16, WFmt fmt, int mode, int slab_ktiles, int max_rows, bool sm90, const GemmParams& p,
                        cudaStream_t s) {
   QMOE_CHECK(decode_supports(fmt, mode), kInternal, "moe_decode: no kernel for format ", static_cast<int>(fmt),

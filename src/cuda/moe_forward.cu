@@ -240,15 +240,18 @@ struct ExpertsPlan {
       dec = d1.use;
       if (dec) {
         bm = kDecodeRows;
-        c1.splits = d1.splits;
-        c2.splits = d2.splits;
         // each valid row of an M-block is a distinct slot
         dec_rows = static_cast<int>(std::min<int64_t>(kDecodeRows, numel));
         const int mo1 = mode_of(ex.w13, ex.act_quant), mo2 = mode_of(ex.w2, ex.act_quant);
-        dec90_1 = decode90_use(ex.fmt, mo1, chunk_of(ex.w13, ex.act_quant), ex.w13.kp, d1.ktiles_per_split,
-                               d1.slab_ktiles, dec_rows, ex.w13.zero.ptr != nullptr);
-        dec90_2 = decode90_use(ex.fmt, mo2, chunk_of(ex.w2, ex.act_quant), ex.w2.kp, d2.ktiles_per_split,
-                               d2.slab_ktiles, dec_rows, ex.w2.zero.ptr != nullptr);
+        // the bulk kernel where it fits, if need be with K split further (measured on the H200:
+        // mixtral-8x7b M = 16 GEMM1 on the register-ring kernel streamed at 29% of DRAM bandwidth,
+        // the bulk kernel elsewhere at 45-50%; a GEMM1 split costs a memset and act_finish)
+        dec90_1 = decode90_fit(ex.fmt, mo1, chunk_of(ex.w13, ex.act_quant), ex.w13.kp, d1, dec_rows,
+                               ex.w13.zero.ptr != nullptr);
+        dec90_2 = decode90_fit(ex.fmt, mo2, chunk_of(ex.w2, ex.act_quant), ex.w2.kp, d2, dec_rows,
+                               ex.w2.zero.ptr != nullptr);
+        c1.splits = d1.splits;
+        c2.splits = d2.splits;
       }
     }
     cap = align_capacity(static_cast<int>(numel), ex.num_experts, bm);

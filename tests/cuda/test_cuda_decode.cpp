@@ -211,6 +211,40 @@ TEST(CudaDecode, GridSplitK) {
   }
 }
 
+// ---- the bulk (sm_90) decode kernel at a K range whose staged rows (8 rows x K = 4096) would not
+//      let two of its blocks share an SM: forward() splits GEMM1's K in two to keep it on the bulk
+//      kernel (decode90_fit; partial sums + act_finish) instead of the register-ring one ----
+TEST(CudaDecode, BulkKernelSplitsKToFit) {
+  SKIP_WITHOUT_GPU();
+  for (int kind = 0; kind < 3; ++kind) {
+    ref::SchemeSpec s;
+    std::string name;
+    if (kind == 0) { s.kind = SchemeKind::kWNA16; s.bits = 4; s.group_size = 128; name = "int4_g128"; }
+    if (kind == 1) {
+      s.kind = SchemeKind::kFP8W8A8; s.fp8_strategy = Strategy::kChannel; s.act = ActQuant::kFP8Token; name = "fp8";
+    }
+    if (kind == 2) { s.kind = SchemeKind::kMXFP4A16; s.group_size = 32; name = "mxfp4a16"; }
+    const int E = 4, H = 4096, I = 264;
+    ExpertWeights w = make_weights(s, E, H, I, 110 + kind);
+    cuda::DevExperts ex = cuda::prepare(w, Activation::kSiluMul);
+    const MoeConfig cfg = config(E, 2);
+    for (int64_t m : {8, 5}) {  // 16 / 10 slots on 4 experts: up to 8 rows per M-block
+      Tensor x = test::random_tensor(w.act_dtype, {m, H}, 111 + m + kind);
+      Routing r = random_routing(m, 2, E, 112 + m + kind);
+      const std::string kern = cuda::forward_kernels(ex, m, 2);
+      const char* refit = std::getenv("QMOE_CUDA_DECODE90_REFIT");
+      // GEMM2 (K = 264) takes the bulk kernel wherever it is available; then GEMM1 must too
+      if (!decode_off() && kern.find("gemm2=decode90") != std::string::npos && !(refit && refit[0] == '0')) {
+        EXPECT_NE(kern.find("gemm1=decode90"), std::string::npos) << kern;
+        // int4 g128 stages 32 chunks' column scales on top of the rows: only a split fits two
+        // blocks (fp8 with one scale pair and MXFP4 fit unsplit)
+        if (kind == 0) EXPECT_EQ(split_of(kern, "gemm1=decode"), "2") << kern;
+      }
+      check(ex, w, nullptr, nullptr, cfg, x, r, false, str("bulk K split ", name, " M=", m));
+    }
+  }
+}
+
 // ---- expert parallelism (non-local experts skipped), Llama 4 weight-on-input + shared expert,
 //      gelu with biases ----
 TEST(CudaDecode, ExpertParallelLlama4AndBias) {

@@ -82,13 +82,16 @@ inline GemmConfig select_config(const GemmProblem& p) {
 // shared memory. Its A rows (the block's tokens over the block's K range) sit in shared memory, so
 // one block's K range is capped; longer K is split over the grid (fp32 atomics, as the small tile).
 constexpr int kDecodeRows = 8;        // rows per M-block (align block size)
-constexpr int kDecodeMaxRows = 4;     // expected rows per touched expert up to which decode runs
+constexpr int kDecodeMaxRows = 4;     // expected rows per touched expert up to which 8-row M-blocks run
+constexpr int kDecodeMaxRows16 = 16;  // ... and up to which 16-row M-blocks run (sm_90 bulk kernel only)
 constexpr int kDecodeTileN = 32;      // output columns per block (2 n16 atom columns)
 constexpr int kDecodeWarps = 8;       // warps per block (K split over them)
 constexpr int kDecodeMaxK = 4096;     // k-columns of A one block stages (8 rows x 4096 x 2 B = 64 KiB)
 
 struct DecodeConfig {
   bool use = false;
+  int rows = kDecodeRows;    // M-block rows: 8, or 16 (5-16 expected rows per expert; the sm_90 bulk
+                             // kernel only: the caller falls back to the 16-row mma.sync tile without it)
   int splits = 1;            // K split over gridDim.z (fp32 atomics; GEMM1: partial sums + act_finish)
   int slab_ktiles = 1;       // k-tiles (64 columns) of one warp's contiguous K piece (whole chunks)
   int ktiles_per_split = 0;  // multiple of slab_ktiles
@@ -115,7 +118,13 @@ inline DecodeConfig select_decode(const GemmProblem& p, bool fill_splits) {
   // int4 / fp8 at 1 row per expert, breaks even at 2-4, loses 30-37% at 8 (deepseek-v3 /
   // gpt-oss-120b M = 256), and loses 3-10% on 16-bit weights at any M (no dequantization to hide
   // the loads behind): quantized formats only, up to 4 rows.
-  c.use = p.wfmt != WFmt::k16 && rows_per_expert <= kDecodeMaxRows;
+  // int4 at 5-16 rows: 16-row M-blocks (two n8 token operands per dequantized weight fragment).
+  // Measured on the H200 against the 16-row mma.sync tile (docs/perf.md, sixth session): int4 /
+  // W4A8 1.2x at mixtral-8x7b M = 64 and deepseek-v3 M = 256, even elsewhere; fp8, NVFP4, MXFP4 and
+  // INT8 W8A8 0.7-0.95x (the tile's operand path is cheaper for them): those keep the tile.
+  c.use = p.wfmt != WFmt::k16 &&
+          (rows_per_expert <= kDecodeMaxRows || (p.wfmt == WFmt::kU4 && rows_per_expert <= kDecodeMaxRows16));
+  c.rows = rows_per_expert <= kDecodeMaxRows ? kDecodeRows : 16;
   c.slab_ktiles = decode_slab_ktiles(p.chunk, p.k);
   const int ktiles = (p.k + 63) / 64;
   const int slabs = (ktiles + c.slab_ktiles - 1) / c.slab_ktiles;
@@ -123,7 +132,7 @@ inline DecodeConfig select_decode(const GemmProblem& p, bool fill_splits) {
   int s = 1;
   while (kps(s) * 64 > kDecodeMaxK && s < slabs) ++s;
   if (fill_splits) {
-    const int64_t mblocks = touched * ((rows_per_expert + kDecodeRows - 1) / kDecodeRows);
+    const int64_t mblocks = touched * ((rows_per_expert + c.rows - 1) / c.rows);
     const int64_t blocks = mblocks * ((p.n + kDecodeTileN - 1) / kDecodeTileN);
     while (blocks * s < 2LL * p.num_sms && s < 16 && ktiles / (2 * s) >= 8) s *= 2;
   }

@@ -531,14 +531,14 @@ struct Dec90Smem {
   int a = 0, cs = 0, z = 0, rs = 0, red = 0, bar = 0, total = 0;
 };
 __host__ __device__ inline Dec90Smem dec90_smem(int stages, int stage_bytes, int max_rows, int krange, int nch,
-                                                int nzch, int red_bufs) {
+                                                int nzch, int red_bufs, int rows) {
   Dec90Smem L;
   L.a = stages * stage_bytes;
   L.cs = L.a + (max_rows * (krange * 2 + 16) + 15) / 16 * 16;
   L.z = L.cs + 2 * nch * 32 * 4;                      // two tiles' column scales
   L.rs = L.z + 2 * nzch * 32 * 4;                     // two tiles' zero points
-  L.red = L.rs + nch * kDecodeRows * 4;               // row scales of the block's tokens
-  L.bar = L.red + red_bufs * kDecodeWarps * kNT * 4 * 32 * 4;  // cross-warp reduction (1 or 2 items)
+  L.red = L.rs + nch * rows * 4;                      // row scales of the block's tokens
+  L.bar = L.red + red_bufs * kDecodeWarps * kNT * (rows / 8) * 4 * 32 * 4;  // cross-warp reduction (1 or 2 items)
   L.total = L.bar + (2 * stages + 5) * 8;             // ring full / empty, scales full / empty x 2, red free
   return L;
 }
@@ -552,11 +552,14 @@ __device__ __forceinline__ void cp_async4(void* smem, const void* gmem) {
 // H200: 3 blocks (<= 75 registers) spill the int4 kernel (76 bytes) and slow it by 5-10%, but take
 // the fp8 rows (one scale pair for K) up to 10% faster; fp4 rows are even; fp8 with scale chunks
 // would spill at 3.
-template <WFmt F, int MODE>
-constexpr int dec90_min_blocks() { return F == WFmt::kFP8 && MODE == 3 ? 3 : 2; }
+// 16-row M-blocks keep two blocks (their token fragments and sums take the registers).
+template <WFmt F, int MODE, int R>
+constexpr int dec90_min_blocks() { return F == WFmt::kFP8 && MODE == 3 && R == 8 ? 3 : 2; }
 
-template <class Op, WFmt F, int MODE>
-__global__ void __launch_bounds__(kThreads90, dec90_min_blocks<F, MODE>())
+// R: rows per M-block, 8 (one n8 token operand) or 16 (two: 5-16 rows per expert; each dequantized
+// weight fragment feeds two mma, so the weights are streamed once for up to 16 tokens).
+template <class Op, WFmt F, int MODE, int R>
+__global__ void __launch_bounds__(kThreads90, dec90_min_blocks<F, MODE, R>())
     moe_decode90_kernel(const GemmParams p, const int slab_atoms, const int max_rows, const int stages,
                         const int red_bufs) {
 #if QMOE_SM90A
@@ -565,6 +568,8 @@ __global__ void __launch_bounds__(kThreads90, dec90_min_blocks<F, MODE>())
   constexpr int APK = 64 / KA;
   constexpr bool kFp4 = SPR > 0;
   constexpr bool kInt = F == WFmt::kU4 || F == WFmt::kU8;
+  constexpr int NH = R / 8;  // n8 token halves of an M-block
+  static_assert(R == 8 || R == 16, "M-blocks of 8 or 16 rows");
   extern __shared__ __align__(128) uint8_t smem[];
 
   // ---- this block's items: (M-block, 32-column tile) pairs of the used M-blocks, M-block-major,
@@ -575,7 +580,7 @@ __global__ void __launch_bounds__(kThreads90, dec90_min_blocks<F, MODE>())
   if (!p.ids_ready) pdl_wait();
   const int split = blockIdx.z;
   const int ntiles = p.np / kDecodeTileN;
-  const int nmb = min(p.max_blocks, (*p.num_post + kDecodeRows - 1) / kDecodeRows);
+  const int nmb = min(p.max_blocks, (*p.num_post + R - 1) / R);
   const int total = nmb * ntiles;
   const int per = (total + gridDim.x - 1) / gridDim.x;
   const int item0 = blockIdx.x * per, item1 = min(total, item0 + per);
@@ -614,13 +619,13 @@ __global__ void __launch_bounds__(kThreads90, dec90_min_blocks<F, MODE>())
   const int krange_alloc = p.ktiles_per_split * 64;
   const int nch = per_chunk ? (krange_alloc + p.chunk - 1) / p.chunk : 0;
   const int nzch = hz ? (per_chunk ? nch : 1) : 0;
-  const Dec90Smem L = dec90_smem(stages, stage_bytes, max_rows, krange_alloc, nch, nzch, red_bufs);
+  const Dec90Smem L = dec90_smem(stages, stage_bytes, max_rows, krange_alloc, nch, nzch, red_bufs, R);
   uint8_t* sW = smem;
   uint8_t* sA = smem + L.a;
   float* sCS = reinterpret_cast<float*>(smem + L.cs);
   float* sZ = reinterpret_cast<float*>(smem + L.z);
   float* sRS = reinterpret_cast<float*>(smem + L.rs);
-  float* red_base = reinterpret_cast<float*>(smem + L.red);  // [item % red_bufs][warp][nt][c][lane]
+  float* red_base = reinterpret_cast<float*>(smem + L.red);  // [item % red_bufs][warp][nt][half][c][lane]
   uint64_t* full = reinterpret_cast<uint64_t*>(smem + L.bar);
   uint64_t* empty = full + stages;
   uint64_t* sfull = empty + stages;  // [2]: an item's column scales / zero points landed
@@ -729,7 +734,7 @@ __global__ void __launch_bounds__(kThreads90, dec90_min_blocks<F, MODE>())
   const int xstride = krange_alloc * 2 + 16;
   // rows of M-block mb over the K range (zero past k) and their row scales per chunk
   auto stage_rows = [&](int mb, int e, int nvalid) {
-    const int32_t* rows = p.sorted_ids + mb * kDecodeRows;
+    const int32_t* rows = p.sorted_ids + mb * R;
     const char* abase = static_cast<const char*>(p.a);
     const int cpr = krange / 8;
     for (int idx = tid; idx < nvalid * cpr; idx += kCT) {
@@ -741,8 +746,8 @@ __global__ void __launch_bounds__(kThreads90, dec90_min_blocks<F, MODE>())
     }
     if (per_chunk) {
       const float stat = p.in_scale != nullptr ? p.in_scale[e] : 1.f;
-      for (int idx = tid; idx < nchb * kDecodeRows; idx += kCT) {
-        const int c = idx / kDecodeRows, t = idx - c * kDecodeRows;
+      for (int idx = tid; idx < nchb * R; idx += kCT) {
+        const int c = idx / R, t = idx - c * R;
         const int k0 = kbase + c * p.chunk;
         const int sid = rows[t];
         float* dst = sRS + idx;
@@ -763,8 +768,8 @@ __global__ void __launch_bounds__(kThreads90, dec90_min_blocks<F, MODE>())
   const bool coarse = per_chunk && !fine;
   int cur_mb = -1, nvalid = 0;
   const int32_t* rows = p.sorted_ids;
-  int tok_arow[2] = {-1, -1};
-  uint32_t xlane = 0;
+  int tok_arow[NH][2];
+  uint32_t xlane[NH];
   // chunks per slab (a slab holds whole chunks): a slab's first chunk without a division
   const int cps = per_chunk ? slab_atoms * KA / p.chunk : 0;
   RingPos rp;  // over the block's items (as the producer's)
@@ -779,16 +784,22 @@ __global__ void __launch_bounds__(kThreads90, dec90_min_blocks<F, MODE>())
     if (mb != cur_mb) {  // a new M-block: its rows and row scales, once every warp is done with the last ones
       if (cur_mb >= 0) asm volatile("bar.sync 1, %0;\n" ::"r"(kCT) : "memory");
       cur_mb = mb;
-      rows = p.sorted_ids + mb * kDecodeRows;
-      const int my_sid = rows[lane & 7];
-      nvalid = __popc(__ballot_sync(0xffffffffu, lane < 8 && my_sid < p.numel));
+      rows = p.sorted_ids + mb * R;
+      const int my_sid = rows[lane & (R - 1)];
+      nvalid = __popc(__ballot_sync(0xffffffffu, lane < R && my_sid < p.numel));
       stage_rows(mb, e, nvalid);
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int sid = rows[2 * t + h];
-        tok_arow[h] = sid < p.numel ? sid / p.a_row_div : -1;
+      for (int hh = 0; hh < NH; ++hh) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int sid = rows[hh * 8 + 2 * t + h];
+          tok_arow[hh][h] = sid < p.numel ? sid / p.a_row_div : -1;
+        }
+        // ldmatrix row addresses: lane -> row hh * 8 + (lane & 7) (rows past the valid ones read
+        // row 0: their columns are dropped), 8-column group lane >> 3
+        const int row = hh * 8 + (lane & 7);
+        xlane[hh] = smem_u32(sA) + (row < nvalid ? row : 0) * xstride + (lane >> 3) * 16;
       }
-      xlane = smem_u32(sA) + ((lane & 7) < nvalid ? (lane & 7) : 0) * xstride + (lane >> 3) * 16;
       cp_async_commit();
       cp_async_wait<0>();
       asm volatile("bar.sync 1, %0;\n" ::"r"(kCT) : "memory");
@@ -812,27 +823,40 @@ __global__ void __launch_bounds__(kThreads90, dec90_min_blocks<F, MODE>())
       }
     };
     set_zero(0);  // channel zero points (chunk 0), or the symmetric offset
-    // two accumulators per column (even / odd k16 steps): four independent mma chains per warp
-    // (ncu with one chain per column: "wait" on the previous mma the top stall); a chunk's sum is
-    // acc[.][0] + acc[.][1], still the fp32 sum of the chunk's exact products, scaled once
-    float acc[kNT][2][4], out[kNT][4];
+    // 8-row M-blocks: two accumulators per column (even / odd k16 steps): four independent mma
+    // chains per warp (ncu with one chain per column: "wait" on the previous mma the top stall); a
+    // chunk's sum is acc[.][0] + acc[.][1], still the fp32 sum of the chunk's exact products,
+    // scaled once. 16-row M-blocks: acc[.][h] is token half h (four chains as well)
+    float acc[kNT][2][4], out[kNT][NH][4];
 #pragma unroll
     for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
-      for (int c = 0; c < 4; ++c) acc[nt][0][c] = acc[nt][1][c] = out[nt][c] = 0.f;
+      for (int c = 0; c < 4; ++c) {
+        acc[nt][0][c] = acc[nt][1][c] = 0.f;
+#pragma unroll
+        for (int hh = 0; hh < NH; ++hh) out[nt][hh][c] = 0.f;
+      }
     int ci = 0, cnt = 0;  // chunk (block-relative) and its k16 steps so far
     auto flush = [&]() {
-      const float r0 = sRS[ci * kDecodeRows + 2 * t], r1 = sRS[ci * kDecodeRows + 2 * t + 1];
 #pragma unroll
-      for (int nt = 0; nt < kNT; ++nt) {
-        const float c0 = cs[ci * 32 + nt * 16 + g], c1 = cs[ci * 32 + nt * 16 + 8 + g];
-        out[nt][0] += (acc[nt][0][0] + acc[nt][1][0]) * (r0 * c0);
-        out[nt][1] += (acc[nt][0][1] + acc[nt][1][1]) * (r1 * c0);
-        out[nt][2] += (acc[nt][0][2] + acc[nt][1][2]) * (r0 * c1);
-        out[nt][3] += (acc[nt][0][3] + acc[nt][1][3]) * (r1 * c1);
+      for (int hh = 0; hh < NH; ++hh) {
+        const float r0 = sRS[ci * R + hh * 8 + 2 * t], r1 = sRS[ci * R + hh * 8 + 2 * t + 1];
+#pragma unroll
+        for (int nt = 0; nt < kNT; ++nt) {
+          const float c0 = cs[ci * 32 + nt * 16 + g], c1 = cs[ci * 32 + nt * 16 + 8 + g];
+          float a[4];
+#pragma unroll
+          for (int c = 0; c < 4; ++c) a[c] = NH == 1 ? acc[nt][0][c] + acc[nt][1][c] : acc[nt][hh][c];
+          out[nt][hh][0] += a[0] * (r0 * c0);
+          out[nt][hh][1] += a[1] * (r1 * c0);
+          out[nt][hh][2] += a[2] * (r0 * c1);
+          out[nt][hh][3] += a[3] * (r1 * c1);
+        }
+      }
+#pragma unroll
+      for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
         for (int c = 0; c < 4; ++c) acc[nt][0][c] = acc[nt][1][c] = 0.f;
-      }
       cnt = 0;
       ++ci;
     };
@@ -872,10 +896,27 @@ __global__ void __launch_bounds__(kThreads90, dec90_min_blocks<F, MODE>())
               fp4_scale_pairs<Op, F>(sw, sp[nt]);
             }
           }
-          uint32_t xb[SS][2];
-          load_token_frags<SS>(xb, xlane + ((a0 + i) * KA) * 2);
+          const uint32_t xoff = ((a0 + i) * KA) * 2;
+          uint32_t xb[NH == 1 ? SS : 1][2];
+          if constexpr (NH == 1) load_token_frags<SS>(xb, xlane[0] + xoff);
+          // 16-row M-blocks: both halves' fragments of two k16 steps at a time (all of the atom's
+          // at once spilled the int4 / int8 kernels)
+          uint32_t xq[NH][2][2];
 #pragma unroll
           for (int ss = 0; ss < SS; ++ss) {
+            if constexpr (NH == 2) {
+              if ((ss & 1) == 0) {
+#pragma unroll
+                for (int hh = 0; hh < NH; ++hh) {
+                  uint32_t r4[4];
+                  ldsm_x4(r4, xlane[hh] + xoff + (ss >> 1) * 64);
+                  xq[hh][0][0] = r4[0];
+                  xq[hh][0][1] = r4[1];
+                  xq[hh][1][0] = r4[2];
+                  xq[hh][1][1] = r4[3];
+                }
+              }
+            }
 #pragma unroll
             for (int nt = 0; nt < kNT; ++nt) {
               uint32_t af[4];
@@ -884,7 +925,12 @@ __global__ void __launch_bounds__(kThreads90, dec90_min_blocks<F, MODE>())
 #else
               atom_a_frag<Op, F>(wv[nt], ss, zmagic[nt], zf[nt], sp[nt], af);
 #endif
-              mma16816<Op>(acc[nt][(i * SS + ss) & 1], af, xb[ss][0], xb[ss][1]);
+              if constexpr (NH == 1) {
+                mma16816<Op>(acc[nt][(i * SS + ss) & 1], af, xb[ss][0], xb[ss][1]);
+              } else {
+#pragma unroll
+                for (int hh = 0; hh < NH; ++hh) mma16816<Op>(acc[nt][hh], af, xq[hh][ss & 1][0], xq[hh][ss & 1][1]);
+              }
             }
             if (fine && ++cnt == fs) {
               flush();
@@ -907,20 +953,35 @@ __global__ void __launch_bounds__(kThreads90, dec90_min_blocks<F, MODE>())
     //      two blocks still fit an SM): a warp writes item ti's sums only after item ti - 1's
     //      reduction barrier, which the epilogue warps reach once they have read item ti - 2's;
     //      one buffer: free once the epilogue warps have read the previous item's sums (redfree)
-    float* red = red_base + (ti & (red_bufs - 1)) * (kDecodeWarps * kNT * 4 * 32);
+    float* red = red_base + (ti & (red_bufs - 1)) * (kDecodeWarps * kNT * NH * 4 * 32);
     if (red_bufs == 1 && ti > 0) mbar_wait(redfree, (ti - 1) & 1);
 #pragma unroll
     for (int nt = 0; nt < kNT; ++nt)
 #pragma unroll
-      for (int c = 0; c < 4; ++c)
-        red[((warp * kNT + nt) * 4 + c) * 32 + lane] = per_chunk ? out[nt][c] : acc[nt][0][c] + acc[nt][1][c];
+      for (int hh = 0; hh < NH; ++hh)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          const float whole = NH == 1 ? acc[nt][0][c] + acc[nt][1][c] : acc[nt][hh][c];
+          red[(((warp * kNT + nt) * NH + hh) * 4 + c) * 32 + lane] = per_chunk ? out[nt][hh][c] : whole;
+        }
     asm volatile("bar.sync 1, %0;\n" ::"r"(kCT) : "memory");
     if (warp < kNT) {
-      float v[4];
-      sum_k_groups(red, warp, lane, v);
+      float v[NH][4];
+#pragma unroll
+      for (int hh = 0; hh < NH; ++hh)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          float sum = 0.f;
+#pragma unroll
+          for (int w = 0; w < kDecodeWarps; ++w) sum += red[(((w * kNT + warp) * NH + hh) * 4 + c) * 32 + lane];
+          v[hh][c] = sum;
+        }
       __syncwarp();
       if (lane == 0) mbar_arrive(redfree);
-      decode_epilogue<Op, F, MODE>(p, e, nb * kNT + warp, split, v, rows, g, t, tok_arow, per_chunk);
+#pragma unroll
+      for (int hh = 0; hh < NH; ++hh)
+        decode_epilogue<Op, F, MODE>(p, e, nb * kNT + warp, split, v[hh], rows + hh * 8, g, t, tok_arow[hh],
+                                     per_chunk);
     }
     // no barrier here: the next item's sums go to the other buffer or wait for redfree, rows are
     // restaged behind a barrier at an M-block change, and the scale producer refills this item's
@@ -962,7 +1023,7 @@ int dec90_max_stages() {
 }
 constexpr bool dec90_two_fit(int smem) { return 2 * (smem + 1024) <= 228 * 1024; }
 Dec90Plan dec90_plan(WFmt fmt, int mode, int chunk, int kp, int ktiles_per_split, int slab_kt, int max_rows,
-                     bool zero) {
+                     bool zero, int rows) {
   const int KA = dec_ka(fmt), U = dec_unit(fmt);
   // a warp's slab: whole scale chunks, at least 2 atoms; 2 without chunks (a stage: 2 columns x 8
   // slabs, 16 KiB for 512-byte atoms)
@@ -975,27 +1036,27 @@ Dec90Plan dec90_plan(WFmt fmt, int mode, int chunk, int kp, int ktiles_per_split
   const bool hz = (fmt == WFmt::kU4 || fmt == WFmt::kU8) && zero;
   const int stage_bytes = kNT * kDecodeWarps * d.slab_atoms * U, nzch = hz ? (per_chunk ? nch : 1) : 0;
   for (d.stages = dec90_max_stages(); d.stages > 2; --d.stages)
-    if (dec90_two_fit(dec90_smem(d.stages, stage_bytes, max_rows, krange, nch, nzch, 1).total)) break;
+    if (dec90_two_fit(dec90_smem(d.stages, stage_bytes, max_rows, krange, nch, nzch, 1, rows).total)) break;
   // a second reduction buffer where it still lets two blocks share an SM (measured 2-3% faster
   // than waiting for the epilogue warps)
-  d.red_bufs = dec90_two_fit(dec90_smem(d.stages, stage_bytes, max_rows, krange, nch, nzch, 2).total) ? 2 : 1;
-  d.L = dec90_smem(d.stages, stage_bytes, max_rows, krange, nch, nzch, d.red_bufs);
+  d.red_bufs = dec90_two_fit(dec90_smem(d.stages, stage_bytes, max_rows, krange, nch, nzch, 2, rows).total) ? 2 : 1;
+  d.L = dec90_smem(d.stages, stage_bytes, max_rows, krange, nch, nzch, d.red_bufs, rows);
   return d;
 }
 
-template <class Op, WFmt F, int MODE>
+template <class Op, WFmt F, int MODE, int R>
 void launch_one90(int slab_kt, int max_rows, const GemmParams& p, cudaStream_t s) {
   QMOE_CHECK(p.np % kDecodeTileN == 0 && p.ktiles_per_split % slab_kt == 0 && max_rows >= 1 &&
-                 max_rows <= kDecodeRows, kInternal, "moe_decode90: np ", p.np, " / ktiles_per_split ",
+                 max_rows <= R, kInternal, "moe_decode90: np ", p.np, " / ktiles_per_split ",
              p.ktiles_per_split, " / rows ", max_rows, " do not fit the tiling");
-  const Dec90Plan d = dec90_plan(F, MODE, p.chunk, p.kp, p.ktiles_per_split, slab_kt, max_rows, p.zero != nullptr);
+  const Dec90Plan d = dec90_plan(F, MODE, p.chunk, p.kp, p.ktiles_per_split, slab_kt, max_rows, p.zero != nullptr, R);
   const Dec90Smem& L = d.L;
   const int slab_atoms = d.slab_atoms;
   const int krange = p.ktiles_per_split * 64;
   QMOE_CHECK(!(MODE == 1 && p.chunk < p.kp) || (slab_atoms * DecFmt<F>::KA) % p.chunk == 0, kInternal,
              "moe_decode90: a slab of ", slab_atoms, " atoms does not hold whole scale chunks of ", p.chunk);
   QMOE_CHECK(L.total <= 227 * 1024, kInternal, "moe_decode90: K range ", krange, " per block is too long");
-  auto kern = moe_decode90_kernel<Op, F, MODE>;
+  auto kern = moe_decode90_kernel<Op, F, MODE, R>;
   static int smem_set = 48 * 1024;  // per instantiation; benign if two threads race (both set enough)
   if (L.total > smem_set) {
     QMOE_CUDA_OK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, L.total));
@@ -1023,12 +1084,13 @@ void launch_one90(int slab_kt, int max_rows, const GemmParams& p, cudaStream_t s
   launch_kernel(kern, grid, dim3(kThreads90), L.total, s, p, slab_atoms, max_rows, d.stages, d.red_bufs);
 }
 
-template <class Op, bool SM90>
+template <class Op, bool SM90, int R = 8>
 void launch_fmt(WFmt fmt, int mode, int slab_kt, int max_rows, const GemmParams& p, cudaStream_t s) {
   auto one = [&](auto f, auto m) {
     constexpr WFmt F = decltype(f)::value;
     constexpr int M = decltype(m)::value;
-    if constexpr (SM90) launch_one90<Op, F, M>(slab_kt, max_rows, p, s);
+    if constexpr (SM90 && (R == 8 || F == WFmt::kU4)) launch_one90<Op, F, M, R>(slab_kt, max_rows, p, s);
+    else if constexpr (SM90) QMOE_CHECK(false, kInternal, "moe_decode90: 16-row M-blocks are int4 only");
     else launch_one<Op, F, M>(slab_kt, p, s);
   };
   using std::integral_constant;
@@ -1050,17 +1112,17 @@ bool decode90_available() {
   static const bool ok = [] {
     const char* v = std::getenv("QMOE_CUDA_DECODE90");
     if (v != nullptr && v[0] == '0') return false;
-    return sm90_kernel_runs(reinterpret_cast<const void*>(moe_decode90_kernel<BF16, WFmt::kU4, 1>));
+    return sm90_kernel_runs(reinterpret_cast<const void*>(moe_decode90_kernel<BF16, WFmt::kU4, 1, 8>));
   }();
   return ok;
 }
 
 bool decode90_use(WFmt fmt, int mode, int chunk, int kp, int ktiles_per_split, int slab_ktiles, int max_rows,
-                  bool zero) {
+                  bool zero, int rows) {
   if (!decode90_available() || !decode_supports(fmt, mode)) return false;
   // Measured on the H200 (docs/perf.md): the bulk kernel wins where two blocks share an SM and
   // loses at one block per SM (gpt-oss-120b M = 16 with a 4-stage ring: 8 staged rows of K = 2880).
-  const Dec90Plan d = dec90_plan(fmt, mode, chunk, kp, ktiles_per_split, slab_ktiles, max_rows, zero);
+  const Dec90Plan d = dec90_plan(fmt, mode, chunk, kp, ktiles_per_split, slab_ktiles, max_rows, zero, rows);
   if (d.L.total > 227 * 1024) return false;
   // its warps' slabs must hold whole scale chunks (a chunk index per slab, flushes counted from the
   // slab's start); groups such as 48 or 96 columns do not divide a 128-column slab: the register-ring
@@ -1070,8 +1132,8 @@ bool decode90_use(WFmt fmt, int mode, int chunk, int kp, int ktiles_per_split, i
   return force || dec90_two_fit(d.L.total);  // QMOE_CUDA_DECODE90=2: wherever it fits (measurements)
 }
 
-bool decode90_fit(WFmt fmt, int mode, int chunk, int kp, DecodeConfig& d, int max_rows, bool zero) {
-  if (decode90_use(fmt, mode, chunk, kp, d.ktiles_per_split, d.slab_ktiles, max_rows, zero)) return true;
+bool decode90_fit(WFmt fmt, int mode, int chunk, int kp, DecodeConfig& d, int max_rows, bool zero, int rows) {
+  if (decode90_use(fmt, mode, chunk, kp, d.ktiles_per_split, d.slab_ktiles, max_rows, zero, rows)) return true;
   static const bool refit =
       !(std::getenv("QMOE_CUDA_DECODE90_REFIT") && std::string(std::getenv("QMOE_CUDA_DECODE90_REFIT")) == "0");
   if (!refit || !decode90_available()) return false;
@@ -1082,7 +1144,7 @@ bool decode90_fit(WFmt fmt, int mode, int chunk, int kp, DecodeConfig& d, int ma
     e.ktiles_per_split = (slabs + f - 1) / f * d.slab_ktiles;
     e.splits = (ktiles + e.ktiles_per_split - 1) / e.ktiles_per_split;
     if (e.splits > 16) break;
-    if (decode90_use(fmt, mode, chunk, kp, e.ktiles_per_split, e.slab_ktiles, max_rows, zero)) {
+    if (decode90_use(fmt, mode, chunk, kp, e.ktiles_per_split, e.slab_ktiles, max_rows, zero, rows)) {
       d = e;
       return true;
     }
@@ -1090,16 +1152,20 @@ bool decode90_fit(WFmt fmt, int mode, int chunk, int kp, DecodeConfig& d, int ma
   return false;
 }
 
-void launch_moe_decode(bool f16, WFmt fmt, int mode, int slab_ktiles, int max_rows, bool sm90, const GemmParams& p,
-                       cudaStream_t s) {
+void launch_moe_decode(bool f16, WFmt fmt, int mode, int slab_ktiles, int max_rows, bool sm90, int rows,
+                       const GemmParams& p, cudaStream_t s) {
   QMOE_CHECK(decode_supports(fmt, mode), kInternal, "moe_decode: no kernel for format ", static_cast<int>(fmt),
              " mode ", mode);
   QMOE_CHECK(!sm90 || decode90_available(), kInternal, "moe_decode: the sm_90 kernel is not available");
+  QMOE_CHECK(rows == 8 || (rows == 16 && sm90), kInternal, "moe_decode: ", rows,
+             "-row M-blocks need the sm_90 kernel (the register-ring one has 8)");
   if (f16) {
-    if (sm90) launch_fmt<F16, true>(fmt, mode, slab_ktiles, max_rows, p, s);
+    if (sm90 && rows == 16) launch_fmt<F16, true, 16>(fmt, mode, slab_ktiles, max_rows, p, s);
+    else if (sm90) launch_fmt<F16, true>(fmt, mode, slab_ktiles, max_rows, p, s);
     else launch_fmt<F16, false>(fmt, mode, slab_ktiles, max_rows, p, s);
   } else {
-    if (sm90) launch_fmt<BF16, true>(fmt, mode, slab_ktiles, max_rows, p, s);
+    if (sm90 && rows == 16) launch_fmt<BF16, true, 16>(fmt, mode, slab_ktiles, max_rows, p, s);
+    else if (sm90) launch_fmt<BF16, true>(fmt, mode, slab_ktiles, max_rows, p, s);
     else launch_fmt<BF16, false>(fmt, mode, slab_ktiles, max_rows, p, s);
   }
 }

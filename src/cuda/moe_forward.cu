@@ -172,6 +172,7 @@ struct ExpertsPlan {
   DecodeConfig d1, d2;
   bool dec90_1 = false, dec90_2 = false;  // the sm_90 bulk-streaming decode kernel for GEMM1 / GEMM2
   int dec_rows = kDecodeRows;             // bound on the valid rows of one decode M-block
+  int dec_r = kDecodeRows;                // decode M-block rows (8, or 16 on the sm_90 bulk kernel)
   int bm = 16, cap = 0;
   bool prep_a = false, slot_rows = false;
   int32_t *sorted = nullptr, *eids = nullptr, *npost = nullptr;
@@ -239,19 +240,28 @@ struct ExpertsPlan {
                           chunk_of(ex.w2, ex.act_quant)}, true);
       dec = d1.use;
       if (dec) {
-        bm = kDecodeRows;
+        dec_r = d1.rows;
         // each valid row of an M-block is a distinct slot
-        dec_rows = static_cast<int>(std::min<int64_t>(kDecodeRows, numel));
+        dec_rows = static_cast<int>(std::min<int64_t>(dec_r, numel));
         const int mo1 = mode_of(ex.w13, ex.act_quant), mo2 = mode_of(ex.w2, ex.act_quant);
         // the bulk kernel where it fits, if need be with K split further (measured on the H200:
         // mixtral-8x7b M = 16 GEMM1 on the register-ring kernel streamed at 29% of DRAM bandwidth,
         // the bulk kernel elsewhere at 45-50%; a GEMM1 split costs a memset and act_finish)
         dec90_1 = decode90_fit(ex.fmt, mo1, chunk_of(ex.w13, ex.act_quant), ex.w13.kp, d1, dec_rows,
-                               ex.w13.zero.ptr != nullptr);
+                               ex.w13.zero.ptr != nullptr, dec_r);
         dec90_2 = decode90_fit(ex.fmt, mo2, chunk_of(ex.w2, ex.act_quant), ex.w2.kp, d2, dec_rows,
-                               ex.w2.zero.ptr != nullptr);
-        c1.splits = d1.splits;
-        c2.splits = d2.splits;
+                               ex.w2.zero.ptr != nullptr, dec_r);
+        if (dec_r > kDecodeRows && !(dec90_1 && dec90_2)) {
+          // 16-row M-blocks run on the bulk kernel only (both GEMMs share align's blocks): the
+          // 16-row mma.sync tile instead
+          dec = false;
+          dec90_1 = dec90_2 = false;
+          dec_r = kDecodeRows;
+        } else {
+          bm = dec_r;
+          c1.splits = d1.splits;
+          c2.splits = d2.splits;
+        }
       }
     }
     cap = align_capacity(static_cast<int>(numel), ex.num_experts, bm);
@@ -489,7 +499,8 @@ void run_experts(const DevExperts& ex, const ExpertsPlan& pl, const void* x, con
   g1.ids_ready = pl.prep_a ? 1 : 0;
   if (pl.dec) {
     g1.ktiles_per_split = pl.d1.ktiles_per_split;
-    launch_moe_decode(f16, ex.fmt, mode_of(ex.w13, ex.act_quant), pl.d1.slab_ktiles, pl.dec_rows, pl.dec90_1, g1, s);
+    launch_moe_decode(f16, ex.fmt, mode_of(ex.w13, ex.act_quant), pl.d1.slab_ktiles, pl.dec_rows, pl.dec90_1, pl.dec_r,
+                      g1, s);
   } else {
     launch_moe_gemm(f16, ex.fmt, mode_of(ex.w13, ex.act_quant), pl.c1.tile, g1, s);
   }
@@ -536,7 +547,8 @@ void run_experts(const DevExperts& ex, const ExpertsPlan& pl, const void* x, con
   g2.ids_ready = 1;  // GEMM1 (at least) lies between align and GEMM2
   if (pl.dec) {
     g2.ktiles_per_split = pl.d2.ktiles_per_split;
-    launch_moe_decode(f16, ex.fmt, mode_of(ex.w2, ex.act_quant), pl.d2.slab_ktiles, pl.dec_rows, pl.dec90_2, g2, s);
+    launch_moe_decode(f16, ex.fmt, mode_of(ex.w2, ex.act_quant), pl.d2.slab_ktiles, pl.dec_rows, pl.dec90_2, pl.dec_r,
+                      g2, s);
   } else {
     launch_moe_gemm(f16, ex.fmt, mode_of(ex.w2, ex.act_quant), pl.c2.tile, g2, s);
   }
@@ -573,8 +585,9 @@ std::string forward_kernels(const DevExperts& ex, int64_t m, int top_k) {
   p.make(ex, nullptr, m, top_k, false, nullptr);
   if (p.routed.wg) return str(ex.method, " gemm1=sm90-wgmma gemm2=sm90-wgmma");
   if (p.routed.dec)
-    return str(ex.method, " gemm1=", p.routed.dec90_1 ? "decode90" : "decode", "/split", p.routed.c1.splits,
-               " gemm2=", p.routed.dec90_2 ? "decode90" : "decode", "/split", p.routed.c2.splits);
+    return str(ex.method, " gemm1=", p.routed.dec90_1 ? "decode90" : "decode", p.routed.dec_r == 16 ? "r16" : "",
+               "/split", p.routed.c1.splits, " gemm2=", p.routed.dec90_2 ? "decode90" : "decode",
+               p.routed.dec_r == 16 ? "r16" : "", "/split", p.routed.c2.splits);
   auto tn = [](Tile t) { return t == Tile::kSmall ? "small" : t == Tile::kMedium ? "medium" : "large"; };
   return str(ex.method, " gemm1=", tn(p.routed.c1.tile), "/split", p.routed.c1.splits, " gemm2=", tn(p.routed.c2.tile),
              "/split", p.routed.c2.splits);

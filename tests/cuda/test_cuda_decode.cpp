@@ -78,9 +78,9 @@ void expect_decode(const cuda::DevExperts& ex, int64_t m, int k, const std::stri
 
 void check(const cuda::DevExperts& ex, const ExpertWeights& w, const cuda::DevExperts* dsh, const ExpertWeights* sh,
            const MoeConfig& cfg, const Tensor& x, const Routing& r, bool on_input, const std::string& what,
-           const std::vector<int32_t>& emap = {}) {
+           const std::vector<int32_t>& emap = {}, bool want_decode = true) {
   const int k = static_cast<int>(r.ids.size(1));
-  expect_decode(ex, x.size(0), k, what);
+  if (want_decode) expect_decode(ex, x.size(0), k, what);
   Tensor want = ref::reference_forward_routed(w, cfg, sh, x, r.w, r.ids);
   Tensor got = run_device(ex, dsh, x, r, on_input, emap);
   const Tol t = tol_for(w);
@@ -174,6 +174,29 @@ TEST_P(DecodeSweep, MatchesReferenceAtSmallM) {
     Tensor x = test::random_tensor(w.act_dtype, {m, H}, ++seed);
     Routing r = random_routing(m, k, E, ++seed);
     check(ex, w, nullptr, nullptr, cfg, x, r, false, str(c.name, " 3 items per block M=", m));
+  }
+  unsetenv("QMOE_CUDA_DECODE90_TILES");
+  // 5-16 rows per expert: int4 weights take 16-row M-blocks on the sm_90 bulk kernel (two n8 token
+  // operands per weight fragment) wherever it runs this layer at M = 1, else (and other formats) the
+  // 16-row mma.sync tile. M = 16 / 40:
+  // ~6 / ~14 rows per expert (some experts above 16: two M-blocks); routing mode 1, M = 20: 20 rows
+  // on each of 4 experts (a full and a 4-row M-block); then about 3 items per block.
+  const std::string k1 = cuda::forward_kernels(ex, 1, k);
+  const bool r16 = !decode_off() && ex.fmt == cuda::WFmt::kU4 && k1.find("gemm1=decode90") != std::string::npos &&
+                   k1.find("gemm2=decode90") != std::string::npos;
+  for (int pass = 0; pass < 2; ++pass) {
+    if (pass == 1) setenv("QMOE_CUDA_DECODE90_TILES", "3", 1);
+    for (int64_t m : {16, 40, 20}) {
+      const int mode = m == 20 ? 1 : 0;
+      Tensor x = test::random_tensor(w.act_dtype, {m, H}, ++seed);
+      Routing r = random_routing(m, k, E, ++seed, mode);
+      const std::string kern = cuda::forward_kernels(ex, m, k);
+      if (r16) {
+        EXPECT_NE(kern.find("gemm1=decode90r16"), std::string::npos) << kern;
+        EXPECT_NE(kern.find("gemm2=decode90r16"), std::string::npos) << kern;
+      }
+      check(ex, w, nullptr, nullptr, cfg, x, r, false, str(c.name, " 16-row blocks pass ", pass, " M=", m), {}, false);
+    }
   }
   unsetenv("QMOE_CUDA_DECODE90_TILES");
 }

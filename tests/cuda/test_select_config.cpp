@@ -90,15 +90,25 @@ GemmProblem dprob(int64_t m, int topk, int E, int n, int k, WFmt f, int chunk) {
   return p;
 }
 
-TEST(SelectDecode, RunsUpToFourRowsPerExpertForQuantizedWeights) {
+TEST(SelectDecode, EightRowBlocksUpToFourRowsPerExpertSixteenUpToSixteen) {
   // qwen3 M = 1 (8 slots on 8 experts) and M = 16 (128 slots on 128 experts): 1 row each
   EXPECT_TRUE(select_decode(dprob(1, 8, 128, 1536, 2048, WFmt::kU4, 128), false).use);
+  EXPECT_EQ(select_decode(dprob(1, 8, 128, 1536, 2048, WFmt::kU4, 128), false).rows, 8);
   EXPECT_TRUE(select_decode(dprob(16, 8, 128, 1536, 2048, WFmt::kU4, 128), false).use);
-  // mixtral M = 16: 32 slots on 8 experts = 4 rows; M = 17: 5 rows -> 16-row tile
+  // mixtral M = 16: 32 slots on 8 experts = 4 rows (8-row blocks); M = 17: 5 rows -> 16-row blocks
   EXPECT_TRUE(select_decode(dprob(16, 2, 8, 28672, 4096, WFmt::kFP8, 1 << 30), false).use);
+  EXPECT_EQ(select_decode(dprob(16, 2, 8, 28672, 4096, WFmt::kFP8, 1 << 30), false).rows, 8);
+  EXPECT_TRUE(select_decode(dprob(17, 2, 8, 28672, 4096, WFmt::kU4, 128), false).use);
+  EXPECT_EQ(select_decode(dprob(17, 2, 8, 28672, 4096, WFmt::kU4, 128), false).rows, 16);
+  // ... int4 only: other formats keep the 16-row mma.sync tile there (measured faster)
   EXPECT_FALSE(select_decode(dprob(17, 2, 8, 28672, 4096, WFmt::kFP8, 1 << 30), false).use);
-  // deepseek-v3 M = 256: 2048 slots on 256 experts = 8 rows (measured slower than the 16-row tile)
-  EXPECT_FALSE(select_decode(dprob(256, 8, 256, 4096, 7168, WFmt::kU4, 128), false).use);
+  EXPECT_FALSE(select_decode(dprob(17, 2, 8, 28672, 4096, WFmt::kNV4, 16), false).use);
+  // mixtral M = 64: 16 rows (16-row blocks); M = 65: 17 rows -> not decode
+  EXPECT_EQ(select_decode(dprob(64, 2, 8, 28672, 4096, WFmt::kU4, 128), false).rows, 16);
+  EXPECT_FALSE(select_decode(dprob(65, 2, 8, 28672, 4096, WFmt::kU4, 128), false).use);
+  // deepseek-v3 M = 256: 2048 slots on 256 experts = 8 rows (16-row blocks: one per expert mostly)
+  EXPECT_TRUE(select_decode(dprob(256, 8, 256, 4096, 7168, WFmt::kU4, 128), false).use);
+  EXPECT_EQ(select_decode(dprob(256, 8, 256, 4096, 7168, WFmt::kU4, 128), false).rows, 16);
   // 16-bit weights never (measured slower at every M)
   EXPECT_FALSE(select_decode(dprob(1, 8, 128, 1536, 2048, WFmt::k16, 1 << 30), false).use);
   EXPECT_EQ(kDecodeRows, 8);

@@ -122,8 +122,9 @@ inline DecodeConfig select_decode(const GemmProblem& p, bool fill_splits) {
   // Measured on the H200 against the 16-row mma.sync tile (docs/perf.md, sixth session): int4 /
   // W4A8 1.2x at mixtral-8x7b M = 64 and deepseek-v3 M = 256, even elsewhere; fp8, NVFP4, MXFP4 and
   // INT8 W8A8 0.7-0.95x (the tile's operand path is cheaper for them): those keep the tile.
-  c.use = p.wfmt != WFmt::k16 &&
-          (rows_per_expert <= kDecodeMaxRows || (p.wfmt == WFmt::kU4 && rows_per_expert <= kDecodeMaxRows16));
+  // 16-bit weights: up to 4 rows, on the sm_90 bulk kernel only (the caller keeps the 16-row tile
+  // without it: the register-ring kernel measured 3-10% slower than the tile on 16-bit weights).
+  c.use = rows_per_expert <= kDecodeMaxRows || (p.wfmt == WFmt::kU4 && rows_per_expert <= kDecodeMaxRows16);
   c.rows = rows_per_expert <= kDecodeMaxRows ? kDecodeRows : 16;
   c.slab_ktiles = decode_slab_ktiles(p.chunk, p.k);
   const int ktiles = (p.k + 63) / 64;

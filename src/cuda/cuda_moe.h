@@ -116,7 +116,7 @@ std::string forward_kernels(const DevExperts& ex, int64_t m, int top_k);
 int device_sm_count();
 bool device_present(std::string* why);
 // Whether the sm_90 bulk-streaming decode kernel runs here (moe_decode.cuh; QMOE_CUDA_DECODE90=0
-// turns it off): it also takes 16-bit weights and up to 8 rows per expert.
+// turns it off): 16-bit weights decode only on it (up to 4 rows per expert).
 bool decode90_available();
 
 }  // namespace qmoe::cuda

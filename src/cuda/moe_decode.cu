@@ -36,7 +36,9 @@ namespace qmoe::cuda {
 
 bool decode_supports(WFmt fmt, int mode) {
   switch (fmt) {
-    case WFmt::k16: return false;  // measured slower than the 16-row tile (config.h select_decode)
+    // 16-bit weights: the sm_90 bulk kernel only (the register-ring one measured slower than the
+    // 16-row tile; forward() keeps the tile where the bulk kernel does not run)
+    case WFmt::k16: return mode == 0;
     case WFmt::kU4: case WFmt::kU8: return mode == 1;
     case WFmt::kFP8: return mode == 1 || mode == 3;
     case WFmt::kNV4: case WFmt::kMX4: return true;
@@ -93,7 +95,11 @@ __device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], uint32_t addr) {
 // row g), xa = this lane's ldmatrix address at the atom's first column.
 template <int SS>
 __device__ __forceinline__ void load_token_frags(uint32_t (&xb)[SS][2], uint32_t xa) {
-  static_assert(SS % 2 == 0, "atoms of 32 or 64 k-columns");
+  if constexpr (SS == 1) {  // 16-bit atoms (16 k-columns): lanes 0-15 address k 0-7 / 8-15
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n" : "=r"(xb[0][0]), "=r"(xb[0][1]) : "r"(xa));
+    return;
+  }
+  static_assert(SS == 1 || SS % 2 == 0, "atoms of 16, 32 or 64 k-columns");
 #pragma unroll
   for (int q = 0; q < SS / 2; ++q) {
     uint32_t r4[4];
@@ -126,7 +132,13 @@ __device__ __forceinline__ void fp4_scale_pairs(const uint32_t (&sw)[2], uint32_
 template <class Op, WFmt F>
 __device__ __forceinline__ void atom_a_frag(const uint32_t (&wv)[4], int ss, const uint32_t (&zmagic)[2],
                                             const float (&zf)[2], const uint32_t (&sp)[2][2], uint32_t (&af)[4]) {
-  if constexpr (F == WFmt::kU4) {
+  if constexpr (F == WFmt::k16) {
+    // a 16-bit atom's words are the B fragment pairs (j, bi) in order 2 j + bi
+    af[0] = wv[0];
+    af[1] = wv[2];
+    af[2] = wv[1];
+    af[3] = wv[3];
+  } else if constexpr (F == WFmt::kU4) {
     af[0] = dq_u4_pair<Op>(wv[ss], 0, zmagic[0]);
     af[1] = dq_u4_pair<Op>(wv[ss], 2, zmagic[1]);
     af[2] = dq_u4_pair<Op>(wv[ss], 1, zmagic[0]);
@@ -1095,7 +1107,10 @@ void launch_fmt(WFmt fmt, int mode, int slab_kt, int max_rows, const GemmParams&
   };
   using std::integral_constant;
   switch (fmt) {
-    case WFmt::k16: break;
+    case WFmt::k16:
+      if constexpr (SM90 && R == 8) return one(integral_constant<WFmt, WFmt::k16>{}, integral_constant<int, 0>{});
+      QMOE_CHECK(false, kInternal, "moe_decode: 16-bit weights run on the sm_90 bulk kernel with 8-row M-blocks only");
+      break;
     case WFmt::kU4: return one(integral_constant<WFmt, WFmt::kU4>{}, integral_constant<int, 1>{});
     case WFmt::kU8: return one(integral_constant<WFmt, WFmt::kU8>{}, integral_constant<int, 1>{});
     case WFmt::kFP8:

@@ -71,6 +71,8 @@ std::string split_of(const std::string& kern, const std::string& prefix) {
 // forward() must have picked the decode kernel for both GEMMs.
 void expect_decode(const cuda::DevExperts& ex, int64_t m, int k, const std::string& what) {
   if (decode_off()) return;
+  // 16-bit weights decode on the sm_90 bulk kernel only (else the 16-row tile)
+  if (ex.fmt == cuda::WFmt::k16 && !cuda::decode90_available()) return;
   const std::string kern = cuda::forward_kernels(ex, m, k);
   EXPECT_NE(kern.find("gemm1=decode"), std::string::npos) << what << ": " << kern;
   EXPECT_NE(kern.find("gemm2=decode"), std::string::npos) << what << ": " << kern;
@@ -96,6 +98,9 @@ std::vector<Case> decode_schemes() {
     v.push_back({std::move(n), s});
   };
   const DType hf = DType::kF16;
+  // 16-bit weights (the sm_90 bulk kernel: each atom's words are the mma A fragment, reordered)
+  add("bf16", [](auto& s) { s.kind = SchemeKind::kUnquantized; s.act_dtype = DType::kBF16; });
+  add("fp16", [&](auto& s) { s.kind = SchemeKind::kUnquantized; s.act_dtype = hf; s.weight_dtype = hf; });
   // int4 / int8: per-chunk scales with chunks of 2 atoms (g128), 1 atom (g64 int4), half an atom
   // (g32 int4, flushed inside the atom), one atom (g32 int8) and whole K (channel)
   add("int4_g128_sym", [](auto& s) { s.kind = SchemeKind::kWNA16; s.bits = 4; s.group_size = 128; });

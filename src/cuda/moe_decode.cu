@@ -566,7 +566,7 @@ __device__ __forceinline__ void cp_async4(void* smem, const void* gmem) {
 // would spill at 3.
 // 16-row M-blocks keep two blocks (their token fragments and sums take the registers).
 template <WFmt F, int MODE, int R>
-constexpr int dec90_min_blocks() { return F == WFmt::kFP8 && MODE == 3 && R == 8 ? 3 : 2; }
+constexpr int dec90_min_blocks() { return (F == WFmt::kFP8 && MODE == 3 && R == 8) || F == WFmt::k16 ? 3 : 2; }
 
 // R: rows per M-block, 8 (one n8 token operand) or 16 (two: 5-16 rows per expert; each dequantized
 // weight fragment feeds two mma, so the weights are streamed once for up to 16 tokens).
@@ -938,7 +938,7 @@ __global__ void __launch_bounds__(kThreads90, dec90_min_blocks<F, MODE, R>())
               atom_a_frag<Op, F>(wv[nt], ss, zmagic[nt], zf[nt], sp[nt], af);
 #endif
               if constexpr (NH == 1) {
-                mma16816<Op>(acc[nt][(i * SS + ss) & 1], af, xb[ss][0], xb[ss][1]);
+                mma16816<Op>(acc[nt][SS == 1 ? 0 : (ss & 1)], af, xb[ss][0], xb[ss][1]);  // parity static: an (i & 1) index put acc in local memory
               } else {
 #pragma unroll
                 for (int hh = 0; hh < NH; ++hh) mma16816<Op>(acc[nt][hh], af, xq[hh][ss & 1][0], xq[hh][ss & 1][1]);

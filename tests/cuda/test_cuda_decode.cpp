@@ -261,8 +261,10 @@ TEST(CudaDecode, BulkKernelSplitsKToFit) {
       Routing r = random_routing(m, 2, E, 112 + m + kind);
       const std::string kern = cuda::forward_kernels(ex, m, 2);
       const char* refit = std::getenv("QMOE_CUDA_DECODE90_REFIT");
+      const char* force = std::getenv("QMOE_CUDA_DECODE90");  // "2": the bulk kernel even at one block per SM
       // GEMM2 (K = 264) takes the bulk kernel wherever it is available; then GEMM1 must too
-      if (!decode_off() && kern.find("gemm2=decode90") != std::string::npos && !(refit && refit[0] == '0')) {
+      if (!decode_off() && kern.find("gemm2=decode90") != std::string::npos && !(refit && refit[0] == '0') &&
+          !(force && force[0] == '2')) {
         EXPECT_NE(kern.find("gemm1=decode90"), std::string::npos) << kern;
         // int4 g128 stages 32 chunks' column scales on top of the rows: only a split fits two
         // blocks (fp8 with one scale pair and MXFP4 fit unsplit)

@@ -888,6 +888,12 @@ __global__ void __launch_bounds__(kThreads90, dec90_min_blocks<F, MODE, R>())
           ci = (st * kDecodeWarps + kj) * cps;  // = a0 * KA / chunk: slabs start on chunk boundaries
           if (hz) set_zero(ci);
         }
+        // the slab's atoms; chunks ending inside atoms (FINE: int4 groups of 32) are checked per
+        // k16 step, else once per atom: two copies of the loop, so the common case carries no
+        // per-k16 chunk test (ncu: a branch and a NOP per k16 step, ~10% of the consumers' instructions)
+        // (16-row M-blocks keep one copy with both tests: two copies spilled more of their registers)
+        auto run_atoms = [&](auto fine_tag) {
+          constexpr int FINE = decltype(fine_tag)::value;  // 0: per atom, 1: per k16 step, 2: both, by `fine`
 #pragma unroll 2
         for (int i = 0; i < na; ++i) {
           uint32_t wv[kNT][4];
@@ -944,15 +950,28 @@ __global__ void __launch_bounds__(kThreads90, dec90_min_blocks<F, MODE, R>())
                 for (int hh = 0; hh < NH; ++hh) mma16816<Op>(acc[nt][hh], af, xq[hh][ss & 1][0], xq[hh][ss & 1][1]);
               }
             }
-            if (fine && ++cnt == fs) {
+            if constexpr (FINE != 0) {
+              if ((FINE == 1 || fine) && ++cnt == fs) {
+                flush();
+                if (hz) set_zero(ci);
+              }
+            }
+          }
+          if constexpr (FINE != 1) {
+            if (coarse && (cnt += SS) == fs) {  // one check per atom where chunks hold whole atoms
               flush();
               if (hz) set_zero(ci);
             }
           }
-          if (coarse && (cnt += SS) == fs) {  // one check per atom where chunks hold whole atoms
-            flush();
-            if (hz) set_zero(ci);
-          }
+        }
+        };
+        if constexpr (MODE == 1 && NH == 1) {
+          if (fine) run_atoms(std::integral_constant<int, 1>{});
+          else run_atoms(std::integral_constant<int, 0>{});
+        } else if constexpr (MODE == 1) {
+          run_atoms(std::integral_constant<int, 2>{});
+        } else {
+          run_atoms(std::integral_constant<int, 0>{});
         }
         if (per_chunk && cnt > 0) flush();  // the K range ended inside a chunk
       }

@@ -95,19 +95,19 @@ __device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], uint32_t addr) {
 // row g), xa = this lane's ldmatrix address at the atom's first column.
 template <int SS>
 __device__ __forceinline__ void load_token_frags(uint32_t (&xb)[SS][2], uint32_t xa) {
+  static_assert(SS == 1 || SS % 2 == 0, "atoms of 16, 32 or 64 k-columns");
   if constexpr (SS == 1) {  // 16-bit atoms (16 k-columns): lanes 0-15 address k 0-7 / 8-15
     asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n" : "=r"(xb[0][0]), "=r"(xb[0][1]) : "r"(xa));
-    return;
-  }
-  static_assert(SS == 1 || SS % 2 == 0, "atoms of 16, 32 or 64 k-columns");
+  } else {
 #pragma unroll
-  for (int q = 0; q < SS / 2; ++q) {
-    uint32_t r4[4];
-    ldsm_x4(r4, xa + q * 64);
-    xb[2 * q][0] = r4[0];
-    xb[2 * q][1] = r4[1];
-    xb[2 * q + 1][0] = r4[2];
-    xb[2 * q + 1][1] = r4[3];
+    for (int q = 0; q < SS / 2; ++q) {
+      uint32_t r4[4];
+      ldsm_x4(r4, xa + q * 64);
+      xb[2 * q][0] = r4[0];
+      xb[2 * q][1] = r4[1];
+      xb[2 * q + 1][0] = r4[2];
+      xb[2 * q + 1][1] = r4[3];
+    }
   }
 }
 // fp4 block scales of rows g / g + 8 of a unit (sw[j] = the raw e4m3 quad / e8m0 pair of row
@@ -521,7 +521,13 @@ __global__ void __launch_bounds__(kThreads) moe_decode_kernel(const GemmParams p
 // the limit. Since the item / stage bookkeeping lost its integer divisions, 3 or 4 stages where
 // two blocks still fit an SM measure the same as 2 (docs/perf.md, fourth session of 2026-11-30).
 // QMOE_CUDA_DECODE90_STAGES (2..8): the deepest ring up to that many stages that still lets two
-// blocks share an SM, for measurements.
+// blocks share an SM, for measurements (2-8 stages measured the same again in the sixth session).
+// Since the sixth session it also runs 16-bit weights (each atom's words are the A fragment,
+// reordered; three blocks per SM) and int4 M-blocks of 16 rows (template R: two n8 token operands
+// per dequantized fragment), and forward() splits K further where the staged rows would otherwise
+// leave room for one block per SM (decode90_fit). A math-free build streams 88-90% of DRAM
+// bandwidth at three blocks per SM (bf16 mixtral-8x7b GEMM1); with int4 math, ~50%: the consumers'
+// instructions (ncu: ~130 per 512-byte atom, 44 of them dequantization) are the limit.
 constexpr int kStages90 = 2;
 constexpr int kMaxStages90 = 8;
 
@@ -835,10 +841,11 @@ __global__ void __launch_bounds__(kThreads90, dec90_min_blocks<F, MODE, R>())
       }
     };
     set_zero(0);  // channel zero points (chunk 0), or the symmetric offset
-    // 8-row M-blocks: two accumulators per column (even / odd k16 steps): four independent mma
-    // chains per warp (ncu with one chain per column: "wait" on the previous mma the top stall); a
-    // chunk's sum is acc[.][0] + acc[.][1], still the fp32 sum of the chunk's exact products,
-    // scaled once. 16-row M-blocks: acc[.][h] is token half h (four chains as well)
+    // 8-row M-blocks: two accumulators per column (even / odd k16 steps; 16-bit atoms hold one
+    // k16 step and use one): four independent mma chains per warp (ncu with one chain per column:
+    // "wait" on the previous mma the top stall); a chunk's sum is acc[.][0] + acc[.][1], still the
+    // fp32 sum of the chunk's exact products, scaled once. 16-row M-blocks: acc[.][h] is token
+    // half h (four chains as well)
     float acc[kNT][2][4], out[kNT][NH][4];
 #pragma unroll
     for (int nt = 0; nt < kNT; ++nt)
@@ -895,75 +902,77 @@ __global__ void __launch_bounds__(kThreads90, dec90_min_blocks<F, MODE, R>())
         auto run_atoms = [&](auto fine_tag) {
           constexpr int FINE = decltype(fine_tag)::value;  // 0: per atom, 1: per k16 step, 2: both, by `fine`
 #pragma unroll 2
-        for (int i = 0; i < na; ++i) {
-          uint32_t wv[kNT][4];
-          uint32_t sp[kNT][2][2];  // fp4 block scales of rows g / g + 8, folded
+          for (int i = 0; i < na; ++i) {
+            uint32_t wv[kNT][4];
+            uint32_t sp[kNT][2][2];  // fp4 block scales of rows g / g + 8, folded
 #pragma unroll
-          for (int nt = 0; nt < kNT; ++nt) {
-            const uint8_t* unit = wst + (nt * per_stage + i) * U;
-            const uint4 v = *reinterpret_cast<const uint4*>(unit + lane * 16);
-            wv[nt][0] = v.x; wv[nt][1] = v.y; wv[nt][2] = v.z; wv[nt][3] = v.w;
-            if constexpr (kFp4) {
-              uint32_t sw[2];
+            for (int nt = 0; nt < kNT; ++nt) {
+              const uint8_t* unit = wst + (nt * per_stage + i) * U;
+              const uint4 v = *reinterpret_cast<const uint4*>(unit + lane * 16);
+              wv[nt][0] = v.x; wv[nt][1] = v.y; wv[nt][2] = v.z; wv[nt][3] = v.w;
+              if constexpr (kFp4) {
+                uint32_t sw[2];
 #pragma unroll
-              for (int j = 0; j < 2; ++j) {
-                const uint8_t* spp = unit + 512 + (j * 8 + g) * SPR;
-                sw[j] = SPR == 4 ? *reinterpret_cast<const uint32_t*>(spp)
-                                 : static_cast<uint32_t>(*reinterpret_cast<const uint16_t*>(spp));
+                for (int j = 0; j < 2; ++j) {
+                  const uint8_t* spp = unit + 512 + (j * 8 + g) * SPR;
+                  sw[j] = SPR == 4 ? *reinterpret_cast<const uint32_t*>(spp)
+                                   : static_cast<uint32_t>(*reinterpret_cast<const uint16_t*>(spp));
+                }
+                fp4_scale_pairs<Op, F>(sw, sp[nt]);
               }
-              fp4_scale_pairs<Op, F>(sw, sp[nt]);
             }
-          }
-          const uint32_t xoff = ((a0 + i) * KA) * 2;
-          uint32_t xb[NH == 1 ? SS : 1][2];
-          if constexpr (NH == 1) load_token_frags<SS>(xb, xlane[0] + xoff);
-          // 16-row M-blocks: both halves' fragments of two k16 steps at a time (all of the atom's
-          // at once spilled the int4 / int8 kernels)
-          uint32_t xq[NH][2][2];
+            const uint32_t xoff = ((a0 + i) * KA) * 2;
+            [[maybe_unused]] uint32_t xb[NH == 1 ? SS : 1][2];
+            if constexpr (NH == 1) load_token_frags<SS>(xb, xlane[0] + xoff);
+            // 16-row M-blocks: both halves' fragments of two k16 steps at a time (all of the atom's
+            // at once spilled the int4 / int8 kernels)
+            [[maybe_unused]] uint32_t xq[NH][2][2];
 #pragma unroll
-          for (int ss = 0; ss < SS; ++ss) {
-            if constexpr (NH == 2) {
-              if ((ss & 1) == 0) {
+            for (int ss = 0; ss < SS; ++ss) {
+              if constexpr (NH == 2) {
+                if ((ss & 1) == 0) {
 #pragma unroll
-                for (int hh = 0; hh < NH; ++hh) {
-                  uint32_t r4[4];
-                  ldsm_x4(r4, xlane[hh] + xoff + (ss >> 1) * 64);
-                  xq[hh][0][0] = r4[0];
-                  xq[hh][0][1] = r4[1];
-                  xq[hh][1][0] = r4[2];
-                  xq[hh][1][1] = r4[3];
+                  for (int hh = 0; hh < NH; ++hh) {
+                    uint32_t r4[4];
+                    ldsm_x4(r4, xlane[hh] + xoff + (ss >> 1) * 64);
+                    xq[hh][0][0] = r4[0];
+                    xq[hh][0][1] = r4[1];
+                    xq[hh][1][0] = r4[2];
+                    xq[hh][1][1] = r4[3];
+                  }
+                }
+              }
+#pragma unroll
+              for (int nt = 0; nt < kNT; ++nt) {
+                uint32_t af[4];
+#ifdef QMOE_D90_NODEQ  // measurement build (docs/perf.md): the raw codes as operands, no dequantization
+                af[0] = wv[nt][ss]; af[1] = wv[nt][(ss + 1) & 3]; af[2] = wv[nt][(ss + 2) & 3]; af[3] = wv[nt][(ss + 3) & 3];
+#else
+                atom_a_frag<Op, F>(wv[nt], ss, zmagic[nt], zf[nt], sp[nt], af);
+#endif
+                if constexpr (NH == 1) {
+                  // a constant index: (i * SS + ss) & 1 is not one for 16-bit atoms (SS = 1), and a
+                  // variable index put the accumulators in local memory
+                  mma16816<Op>(acc[nt][SS == 1 ? 0 : (ss & 1)], af, xb[ss][0], xb[ss][1]);
+                } else {
+#pragma unroll
+                  for (int hh = 0; hh < NH; ++hh) mma16816<Op>(acc[nt][hh], af, xq[hh][ss & 1][0], xq[hh][ss & 1][1]);
+                }
+              }
+              if constexpr (FINE != 0) {
+                if ((FINE == 1 || fine) && ++cnt == fs) {
+                  flush();
+                  if (hz) set_zero(ci);
                 }
               }
             }
-#pragma unroll
-            for (int nt = 0; nt < kNT; ++nt) {
-              uint32_t af[4];
-#ifdef QMOE_D90_NODEQ  // measurement build (docs/perf.md): the raw codes as operands, no dequantization
-              af[0] = wv[nt][ss]; af[1] = wv[nt][(ss + 1) & 3]; af[2] = wv[nt][(ss + 2) & 3]; af[3] = wv[nt][(ss + 3) & 3];
-#else
-              atom_a_frag<Op, F>(wv[nt], ss, zmagic[nt], zf[nt], sp[nt], af);
-#endif
-              if constexpr (NH == 1) {
-                mma16816<Op>(acc[nt][SS == 1 ? 0 : (ss & 1)], af, xb[ss][0], xb[ss][1]);  // parity static: an (i & 1) index put acc in local memory
-              } else {
-#pragma unroll
-                for (int hh = 0; hh < NH; ++hh) mma16816<Op>(acc[nt][hh], af, xq[hh][ss & 1][0], xq[hh][ss & 1][1]);
-              }
-            }
-            if constexpr (FINE != 0) {
-              if ((FINE == 1 || fine) && ++cnt == fs) {
+            if constexpr (FINE != 1) {
+              if (coarse && (cnt += SS) == fs) {  // one check per atom where chunks hold whole atoms
                 flush();
                 if (hz) set_zero(ci);
               }
             }
           }
-          if constexpr (FINE != 1) {
-            if (coarse && (cnt += SS) == fs) {  // one check per atom where chunks hold whole atoms
-              flush();
-              if (hz) set_zero(ci);
-            }
-          }
-        }
         };
         if constexpr (MODE == 1 && NH == 1) {
           if (fine) run_atoms(std::integral_constant<int, 1>{});
@@ -1127,9 +1136,12 @@ void launch_fmt(WFmt fmt, int mode, int slab_kt, int max_rows, const GemmParams&
   using std::integral_constant;
   switch (fmt) {
     case WFmt::k16:
-      if constexpr (SM90 && R == 8) return one(integral_constant<WFmt, WFmt::k16>{}, integral_constant<int, 0>{});
-      QMOE_CHECK(false, kInternal, "moe_decode: 16-bit weights run on the sm_90 bulk kernel with 8-row M-blocks only");
-      break;
+      if constexpr (SM90 && R == 8) {
+        return one(integral_constant<WFmt, WFmt::k16>{}, integral_constant<int, 0>{});
+      } else {
+        QMOE_CHECK(false, kInternal, "moe_decode: 16-bit weights run on the sm_90 bulk kernel with 8-row M-blocks only");
+        break;
+      }
     case WFmt::kU4: return one(integral_constant<WFmt, WFmt::kU4>{}, integral_constant<int, 1>{});
     case WFmt::kU8: return one(integral_constant<WFmt, WFmt::kU8>{}, integral_constant<int, 1>{});
     case WFmt::kFP8:

@@ -254,12 +254,14 @@ struct ExpertsPlan {
                                ex.w13.zero.ptr != nullptr, dec_r);
         dec90_2 = decode90_fit(ex.fmt, mo2, chunk_of(ex.w2, ex.act_quant), ex.w2.kp, d2, dec_rows,
                                ex.w2.zero.ptr != nullptr, dec_r);
+        // 16-row M-blocks and 16-bit weights run on the bulk kernel only (both GEMMs share align's
+        // blocks); without it, the 16-row mma.sync tile. QMOE_CUDA_DECODE16=0 keeps 16-bit weights
+        // on the tile (A/B measurements).
         static const bool dec16 =
             !(std::getenv("QMOE_CUDA_DECODE16") && std::string(std::getenv("QMOE_CUDA_DECODE16")) == "0");
-        if ((dec_r > kDecodeRows || ex.fmt == WFmt::k16) && !(dec90_1 && dec90_2 && (dec16 || ex.fmt != WFmt::k16))) {
-          // 16-row M-blocks and 16-bit weights run on the bulk kernel only (both GEMMs share
-          // align's blocks): the 16-row mma.sync tile instead (QMOE_CUDA_DECODE16=0: always for
-          // 16-bit weights, A/B measurements)
+        const bool bulk_only = dec_r > kDecodeRows || ex.fmt == WFmt::k16;
+        const bool bulk_ok = dec90_1 && dec90_2 && (dec16 || ex.fmt != WFmt::k16);
+        if (bulk_only && !bulk_ok) {
           dec = false;
           dec90_1 = dec90_2 = false;
           dec_r = kDecodeRows;

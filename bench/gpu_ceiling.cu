@@ -1,14 +1,16 @@
 // Ceilings at the byte counts of one decode layer (not part of the library): how fast a plain
 // streaming read of N bytes runs when it is one CUDA-graph replay with a cold L2 (the bench's
 // method), and what an empty kernel, and chains of empty kernels with / without programmatic
-// dependent launch, cost as graph replays. Build: nvcc -O3 -std=c++17 -arch=sm_90a -o gpu_ceiling
-// bench/gpu_ceiling.cu; run: ./gpu_ceiling (prints a table).
+// dependent launch, cost as graph replays. Build (repository root): nvcc -O3 -std=c++17 -arch=sm_90a
+// -Isrc -o gpu_ceiling bench/gpu_ceiling.cu; run: ./gpu_ceiling (prints a table).
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <vector>
+
+#include "cuda/stream_read.cuh"  // the bench's read kernel
 
 #define CK(x)                                                                              \
   do {                                                                                     \
@@ -19,15 +21,6 @@
     }                                                                                      \
   } while (0)
 
-__global__ void read_kernel(const uint4* __restrict__ p, size_t n, unsigned* sink) {
-  unsigned acc = 0;
-  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    uint4 v = __ldcs(p + i);
-    acc ^= v.x ^ v.y ^ v.z ^ v.w;
-  }
-  if (acc == 0x12345678u) *sink = acc;
-}
 // Unrolled variant: each thread keeps 4 independent 16-byte loads in flight.
 __global__ void read4_kernel(const uint4* __restrict__ p, size_t n, unsigned* sink) {
   unsigned acc = 0;
@@ -97,7 +90,7 @@ int main() {
         const int blocks = sms * bps;
         cudaGraph_t g;
         CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
-        if (kind == 0) read_kernel<<<blocks, threads, 0, s>>>(reinterpret_cast<const uint4*>(buf), bytes / 16, sink);
+        if (kind == 0) qmoe::cuda::stream_read_kernel<<<blocks, threads, 0, s>>>(reinterpret_cast<const uint4*>(buf), bytes / 16, sink);
         else read4_kernel<<<blocks, threads, 0, s>>>(reinterpret_cast<const uint4*>(buf), bytes / 16, sink);
         CK(cudaStreamEndCapture(s, &g));
         cudaGraphExec_t ge;

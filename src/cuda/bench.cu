@@ -21,20 +21,11 @@
 #include "cuda/cuda_moe.h"
 #include "cuda/cuda_moe_q.h"
 #include "cuda/device_common.cuh"
+#include "cuda/stream_read.cuh"
 #include "dispatch/bench_hooks.h"
 
 namespace qmoe::detail {
 namespace {
-
-__global__ void read_kernel(const uint4* __restrict__ p, size_t n, unsigned* sink) {
-  unsigned acc = 0;
-  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<size_t>(gridDim.x) * blockDim.x) {
-    uint4 v = __ldcs(p + i);
-    acc ^= v.x ^ v.y ^ v.z ^ v.w;
-  }
-  if (acc == 0x12345678u) *sink = acc;  // keeps the loads alive
-}
 
 __global__ void fill_kernel(uint32_t* p, size_t n, uint32_t seed) {
   for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x; i < n;
@@ -224,7 +215,7 @@ DeviceCeilings cuda_measure_ceilings() {
     const size_t bytes = size_t{4} << 30;
     cuda::DevBuf buf(bytes), sink(16);
     QMOE_CUDA_OK(cudaMemsetAsync(buf.ptr, 1, bytes, s));
-    double ms = time_ms([&] { read_kernel<<<prop.multiProcessorCount * 8, 512, 0, s>>>(buf.as<uint4>(), bytes / 16,
+    double ms = time_ms([&] { cuda::stream_read_kernel<<<prop.multiProcessorCount * 8, 512, 0, s>>>(buf.as<uint4>(), bytes / 16,
                                                                                        sink.as<unsigned>()); },
                         3, 10, s);
     c.read_tbps = bytes / (ms * 1e-3) / 1e12;

@@ -1,8 +1,9 @@
 // Ceilings at the byte counts of one decode layer (not part of the library): how fast a plain
 // streaming read of N bytes runs when it is one CUDA-graph replay with a cold L2 (the bench's
 // method), and what an empty kernel, and chains of empty kernels with / without programmatic
-// dependent launch, cost as graph replays. Build (repository root): nvcc -O3 -std=c++17 -arch=sm_90a
-// -Isrc -o gpu_ceiling bench/gpu_ceiling.cu; run: ./gpu_ceiling (prints a table).
+// dependent launch, cost as graph replays. Built as qmoe_gpu_ceiling with the CUDA backend (or, from
+// the repository root: nvcc -O3 -std=c++17 -arch=sm_90a
+// -Isrc -o gpu_ceiling bench/gpu_ceiling.cu); run it on the GPU machine (prints a table).
 #include <cuda_runtime.h>
 
 #include <algorithm>

@@ -215,9 +215,11 @@ DeviceCeilings cuda_measure_ceilings() {
     const size_t bytes = size_t{4} << 30;
     cuda::DevBuf buf(bytes), sink(16);
     QMOE_CUDA_OK(cudaMemsetAsync(buf.ptr, 1, bytes, s));
-    double ms = time_ms([&] { cuda::stream_read_kernel<<<prop.multiProcessorCount * 8, 512, 0, s>>>(buf.as<uint4>(), bytes / 16,
-                                                                                       sink.as<unsigned>()); },
-                        3, 10, s);
+    auto read = [&] {
+      cuda::stream_read_kernel<<<prop.multiProcessorCount * 8, 512, 0, s>>>(buf.as<uint4>(), bytes / 16,
+                                                                           sink.as<unsigned>());
+    };
+    double ms = time_ms(read, 3, 10, s);
     c.read_tbps = bytes / (ms * 1e-3) / 1e12;
     const size_t half = bytes / 2;
     ms = time_ms([&] { QMOE_CUDA_OK(cudaMemcpyAsync(buf.as<char>() + half, buf.ptr, half, cudaMemcpyDeviceToDevice, s)); },

@@ -114,10 +114,9 @@ inline DecodeConfig select_decode(const GemmProblem& p, bool fill_splits) {
   const int64_t slots = p.m * p.top_k;
   const int64_t touched = slots < p.num_experts ? slots : p.num_experts;
   const int64_t rows_per_expert = (slots + touched - 1) / (touched > 0 ? touched : 1);
-  // Measured on the H200 (docs/perf.md): against the 16-row mma.sync tile, decode gains 7-38% on
-  // int4 / fp8 at 1 row per expert, breaks even at 2-4, loses 30-37% at 8 (deepseek-v3 /
-  // gpt-oss-120b M = 256), and loses 3-10% on 16-bit weights at any M (no dequantization to hide
-  // the loads behind): quantized formats only, up to 4 rows.
+  // Measured on the H200 (docs/perf.md): against the 16-row mma.sync tile, 8-row decode blocks
+  // gain 7-38% on int4 / fp8 at 1 row per expert, break even at 2-4 and lose 30-37% at 8
+  // (deepseek-v3 / gpt-oss-120b M = 256, two blocks per expert): up to 4 rows.
   // int4 at 5-16 rows: 16-row M-blocks (two n8 token operands per dequantized weight fragment).
   // Measured on the H200 against the 16-row mma.sync tile (docs/perf.md, sixth session): int4 /
   // W4A8 1.2x at mixtral-8x7b M = 64 and deepseek-v3 M = 256, even elsewhere; fp8, NVFP4, MXFP4 and

@@ -166,13 +166,15 @@ __device__ __forceinline__ void atom_a_frag(const uint32_t (&wv)[4], int ss, con
   }
 }
 
-// Sum of the kDecodeWarps K-group partials of column nt, red[warp][nt][c][lane], in K order.
-__device__ __forceinline__ void sum_k_groups(const float* red, int nt, int lane, float (&v)[4]) {
+// Sum of the kDecodeWarps K-group partials of column nt, token half hh (of NH n8 halves),
+// red[warp][nt][hh][c][lane], in K order.
+template <int NH = 1>
+__device__ __forceinline__ void sum_k_groups(const float* red, int nt, int hh, int lane, float (&v)[4]) {
 #pragma unroll
   for (int c = 0; c < 4; ++c) {
     float sum = 0.f;
 #pragma unroll
-    for (int w = 0; w < kDecodeWarps; ++w) sum += red[((w * kNT + nt) * 4 + c) * 32 + lane];
+    for (int w = 0; w < kDecodeWarps; ++w) sum += red[(((w * kNT + nt) * NH + hh) * 4 + c) * 32 + lane];
     v[c] = sum;
   }
 }
@@ -490,7 +492,7 @@ __global__ void __launch_bounds__(kThreads) moe_decode_kernel(const GemmParams p
   if (tid >= kNT * 32) return;
   const int nt = warp;  // threads [32 nt, 32 nt + 32) finish column nt with the mma lane layout
   float v[4];
-  sum_k_groups(red, nt, lane, v);
+  sum_k_groups(red, nt, 0, lane, v);
 
   const int tile = nb * kNT + nt;
   decode_epilogue<Op, F, MODE>(p, e, tile, split, v, rows, g, t, tok_arow, per_chunk);
@@ -571,6 +573,7 @@ __device__ __forceinline__ void cp_async4(void* smem, const void* gmem) {
 // the fp8 rows (one scale pair for K) up to 10% faster; fp4 rows are even; fp8 with scale chunks
 // would spill at 3.
 // 16-row M-blocks keep two blocks (their token fragments and sums take the registers).
+// 16-bit weights (64 registers) run three.
 template <WFmt F, int MODE, int R>
 constexpr int dec90_min_blocks() { return (F == WFmt::kFP8 && MODE == 3 && R == 8) || F == WFmt::k16 ? 3 : 2; }
 
@@ -1008,14 +1011,7 @@ __global__ void __launch_bounds__(kThreads90, dec90_min_blocks<F, MODE, R>())
     if (warp < kNT) {
       float v[NH][4];
 #pragma unroll
-      for (int hh = 0; hh < NH; ++hh)
-#pragma unroll
-        for (int c = 0; c < 4; ++c) {
-          float sum = 0.f;
-#pragma unroll
-          for (int w = 0; w < kDecodeWarps; ++w) sum += red[(((w * kNT + warp) * NH + hh) * 4 + c) * 32 + lane];
-          v[hh][c] = sum;
-        }
+      for (int hh = 0; hh < NH; ++hh) sum_k_groups<NH>(red, warp, hh, lane, v[hh]);
       __syncwarp();
       if (lane == 0) mbar_arrive(redfree);
 #pragma unroll

@@ -171,8 +171,9 @@ struct ExpertsPlan {
   bool dec = false;          // decode kernel (moe_decode.cu): M-blocks of kDecodeRows, splits from d1 / d2
   DecodeConfig d1, d2;
   bool dec90_1 = false, dec90_2 = false;  // the sm_90 bulk-streaming decode kernel for GEMM1 / GEMM2
-  int dec_rows = kDecodeRows;             // bound on the valid rows of one decode M-block
   int dec_r = kDecodeRows;                // decode M-block rows (8, or 16 on the sm_90 bulk kernel)
+  // bound on the valid rows of one decode M-block: each valid row is a distinct slot
+  int dec_rows() const { return static_cast<int>(std::min<int64_t>(dec_r, numel)); }
   int bm = 16, cap = 0;
   bool prep_a = false, slot_rows = false;
   int32_t *sorted = nullptr, *eids = nullptr, *npost = nullptr;
@@ -244,15 +245,13 @@ struct ExpertsPlan {
       dec = d1.use;
       if (dec) {
         dec_r = d1.rows;
-        // each valid row of an M-block is a distinct slot
-        dec_rows = static_cast<int>(std::min<int64_t>(dec_r, numel));
         const int mo1 = mode_of(ex.w13, ex.act_quant), mo2 = mode_of(ex.w2, ex.act_quant);
         // the bulk kernel where it fits, if need be with K split further (measured on the H200:
         // mixtral-8x7b M = 16 GEMM1 on the register-ring kernel streamed at 29% of DRAM bandwidth,
         // the bulk kernel elsewhere at 45-50%; a GEMM1 split costs a memset and act_finish)
-        dec90_1 = decode90_fit(ex.fmt, mo1, chunk_of(ex.w13, ex.act_quant), ex.w13.kp, d1, dec_rows,
+        dec90_1 = decode90_fit(ex.fmt, mo1, chunk_of(ex.w13, ex.act_quant), ex.w13.kp, d1, dec_rows(),
                                ex.w13.zero.ptr != nullptr, dec_r);
-        dec90_2 = decode90_fit(ex.fmt, mo2, chunk_of(ex.w2, ex.act_quant), ex.w2.kp, d2, dec_rows,
+        dec90_2 = decode90_fit(ex.fmt, mo2, chunk_of(ex.w2, ex.act_quant), ex.w2.kp, d2, dec_rows(),
                                ex.w2.zero.ptr != nullptr, dec_r);
         // 16-row M-blocks and 16-bit weights run on the bulk kernel only (both GEMMs share align's
         // blocks); without it, the 16-row mma.sync tile. QMOE_CUDA_DECODE16=0 keeps 16-bit weights
@@ -507,7 +506,7 @@ void run_experts(const DevExperts& ex, const ExpertsPlan& pl, const void* x, con
   g1.ids_ready = pl.prep_a ? 1 : 0;
   if (pl.dec) {
     g1.ktiles_per_split = pl.d1.ktiles_per_split;
-    launch_moe_decode(f16, ex.fmt, mode_of(ex.w13, ex.act_quant), pl.d1.slab_ktiles, pl.dec_rows, pl.dec90_1, pl.dec_r,
+    launch_moe_decode(f16, ex.fmt, mode_of(ex.w13, ex.act_quant), pl.d1.slab_ktiles, pl.dec_rows(), pl.dec90_1, pl.dec_r,
                       g1, s);
   } else {
     launch_moe_gemm(f16, ex.fmt, mode_of(ex.w13, ex.act_quant), pl.c1.tile, g1, s);
@@ -555,7 +554,7 @@ void run_experts(const DevExperts& ex, const ExpertsPlan& pl, const void* x, con
   g2.ids_ready = 1;  // GEMM1 (at least) lies between align and GEMM2
   if (pl.dec) {
     g2.ktiles_per_split = pl.d2.ktiles_per_split;
-    launch_moe_decode(f16, ex.fmt, mode_of(ex.w2, ex.act_quant), pl.d2.slab_ktiles, pl.dec_rows, pl.dec90_2, pl.dec_r,
+    launch_moe_decode(f16, ex.fmt, mode_of(ex.w2, ex.act_quant), pl.d2.slab_ktiles, pl.dec_rows(), pl.dec90_2, pl.dec_r,
                       g2, s);
   } else {
     launch_moe_gemm(f16, ex.fmt, mode_of(ex.w2, ex.act_quant), pl.c2.tile, g2, s);

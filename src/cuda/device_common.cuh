@@ -7,6 +7,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "core/codecs.h"
 #include "qmoe/error.h"
@@ -78,6 +79,10 @@ struct BF16 {
   }
   __device__ static float to_f(T v) { return __bfloat162float(v); }
   __device__ static T from_f(float f) { return __float2bfloat16_rn(f); }
+  // results the GEMM epilogues write in the model dtype (h of GEMM1): the operand dtype here
+  using OutT = T;
+  __device__ static OutT out_f(float f) { return from_f(f); }
+  __device__ static uint32_t out_pack(float lo, float hi) { return pack(lo, hi); }
   // e4m3 bits placed in the high byte of each 16-bit half -> bf16 bits of value * 2^-120.
   static constexpr int kFp8Shift = 4;
   static constexpr uint32_t kFp8Fix = 0x7B807B80u;  // bf16 2^120 in both halves
@@ -100,9 +105,24 @@ struct F16 {
   }
   __device__ static float to_f(T v) { return __half2float(v); }
   __device__ static T from_f(float f) { return __float2half_rn(f); }
+  using OutT = T;
+  __device__ static OutT out_f(float f) { return from_f(f); }
+  __device__ static uint32_t out_pack(float lo, float hi) { return pack(lo, hi); }
   static constexpr int kFp8Shift = 1;
   static constexpr uint32_t kFp8Fix = 0x5C005C00u;  // fp16 2^8
 };
+// fp16 operands, bf16 results: fp8 W8A8 (e4m3 weights x e4m3-quantized activations) of a bf16
+// model on the mma.sync kernels. Every e4m3 value (2^-9 .. 448) is exact in fp16 as in bf16, so
+// the products and their fp32 sums are the same; fp16 lets the weights be decoded by the hardware
+// conversion (cvt.rn.f16x2.e4m3x2: one instruction per pair on sm_89+, against five for the
+// bit-shuffle into bf16). The activations reach the kernel as fp16 values (ActPrep::q_f16); the
+// GEMM1 epilogue writes h in bf16, the model dtype.
+struct F16B : F16 {
+  using OutT = __nv_bfloat16;
+  __device__ static OutT out_f(float f) { return __float2bfloat16_rn(f); }
+  __device__ static uint32_t out_pack(float lo, float hi) { return BF16::pack(lo, hi); }
+};
+template <class Op> constexpr bool kF16Operands = std::is_same_v<Op, F16> || std::is_same_v<Op, F16B>;
 
 // ---- async copies, ldmatrix, mma ---------------------------------------------------------------
 __device__ __forceinline__ uint32_t smem_u32(const void* p) {
@@ -141,6 +161,10 @@ __device__ __forceinline__ void mma16816<F16>(float (&d)[4], const uint32_t (&a)
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
+template <>
+__device__ __forceinline__ void mma16816<F16B>(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  mma16816<F16>(d, a, b0, b1);
+}
 
 // ---- dequantization into B fragments ------------------------------------------------------------
 // int4 pair p (0..3) of a 32-bit word: nibble p = first element, nibble p + 4 = second; returns
@@ -162,6 +186,14 @@ __device__ __forceinline__ uint32_t dq_u8_pair(uint32_t w, int b, float z) {
 // fp8 e4m3: 2 consecutive bytes at byte offset b (0 or 2) -> exact operand pair.
 template <class Op>
 __device__ __forceinline__ uint32_t dq_fp8_pair(uint32_t w, int b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  if constexpr (kF16Operands<Op>) {  // the hardware conversion (F2FP.F16.E4M3.UNPACK_B): byte b -> low half
+    uint32_t r;
+    const uint16_t pair = static_cast<uint16_t>(b == 0 ? w : w >> 16);
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(r) : "h"(pair));
+    return r;
+  }
+#endif
   // place byte b in bits 8..15 and byte b+1 in bits 24..31 (zeros elsewhere)
   uint32_t t = __byte_perm(w, 0u, b == 0 ? 0x1404 : 0x3424);
   uint32_t r = (t & 0x80008000u) | ((t & 0x7F007F00u) >> Op::kFp8Shift);

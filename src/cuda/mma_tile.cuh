@@ -88,7 +88,7 @@ __device__ __forceinline__ void for_each_acc(const F& f) {
 template <class Op, class C, class Val>
 __device__ __forceinline__ void mma_tile_epilogue(const GemmParams& p, const Val& val, const int* s_rows, int warp_m,
                                                   int lane, int ncol0, int ntiles16, int e, int split) {
-  using T = typename Op::T;
+  using OutT = typename Op::OutT;
 #pragma unroll
   for (int mi = 0; mi < C::MI; ++mi)
 #pragma unroll
@@ -119,8 +119,8 @@ __device__ __forceinline__ void mma_tile_epilogue(const GemmParams& p, const Val
               }
               hv[e2] = act_fn(p.act, g, u);
             }
-            *reinterpret_cast<uint32_t*>(static_cast<T*>(p.out) + static_cast<size_t>(sid) * p.ldo + i) =
-                Op::pack(hv[0], hv[1]);
+            *reinterpret_cast<uint32_t*>(static_cast<OutT*>(p.out) + static_cast<size_t>(sid) * p.ldo + i) =
+                Op::out_pack(hv[0], hv[1]);
           }
         } else {
           const float w = p.topk_w != nullptr ? p.topk_w[sid] : 1.f;

@@ -449,6 +449,9 @@ void run_experts(const DevExperts& ex, const ExpertsPlan& pl, const void* x, con
   const bool f16 = ex.act == DType::kF16;
   const int H = ex.hidden, I = ex.intermediate;
   const int qa = quant_code(ex.act_quant);
+  // fp8 W8A8 of a bf16 model: the quantized activations as fp16 values, fp16 operands (F16B)
+  const int a_f16 = (!f16 && ex.fmt == WFmt::kFP8) ? 1 : 0;
+  QMOE_CHECK(!a_f16 || (qa >= 1 && qa <= 3), kInternal, "CUDA forward: fp8 weights without fp8 activations");
   // the split-K sums and GEMM2's output start at zero; cleared first so that the kernels after
   // align follow each other directly (programmatic dependent launch, device_common.cuh)
   if (pl.c1.splits > 1)
@@ -477,6 +480,7 @@ void run_experts(const DevExperts& ex, const ExpertsPlan& pl, const void* x, con
     ap.a = pl.a;
     ap.scales = pl.a_scale;
     ap.groups = pl.a_groups;
+    ap.q_f16 = a_f16;
     launch_act_prep(f16, ap, s);
     a = pl.a;
     a_row_div = pl.slot_rows ? 1 : pl.top_k;
@@ -491,6 +495,7 @@ void run_experts(const DevExperts& ex, const ExpertsPlan& pl, const void* x, con
   g1.rs_groups = pl.a_groups;
   g1.rs_kchunk = ex.act_quant == ActQuant::kFP8Group128 ? 128 : 0;
   g1.chunk = chunk_of(ex.w13, ex.act_quant);
+  g1.a_f16 = a_f16;
   g1.splits = pl.c1.splits;
   g1.ktiles_per_split = (ex.w13.kp / 64 + pl.c1.splits - 1) / pl.c1.splits;
   g1.stage = 1;
@@ -532,6 +537,7 @@ void run_experts(const DevExperts& ex, const ExpertsPlan& pl, const void* x, con
     hp.a = pl.hq;
     hp.scales = pl.h_scale;
     hp.groups = pl.h_groups;
+    hp.q_f16 = a_f16;
     launch_act_prep(f16, hp, s);
     a2 = pl.hq;
     a2_scale = pl.h_scale;
@@ -545,6 +551,7 @@ void run_experts(const DevExperts& ex, const ExpertsPlan& pl, const void* x, con
   g2.rs_groups = pl.h_groups;
   g2.rs_kchunk = ex.act_quant == ActQuant::kFP8Group128 ? 128 : 0;
   g2.chunk = chunk_of(ex.w2, ex.act_quant);
+  g2.a_f16 = a_f16;
   g2.splits = pl.c2.splits;
   g2.ktiles_per_split = (ex.w2.kp / 64 + pl.c2.splits - 1) / pl.c2.splits;
   g2.stage = 2;

@@ -5,7 +5,9 @@
 // one conflict-free 16-byte shared load, dequantized in registers:
 //   mode 0: 16-bit weights used as they are;
 //   mode 1: int / fp8 codes turned into exact operands ((u - z) is an integer <= 255 in
-//           magnitude, e4m3 values are exact in bf16 and fp16), fp32 partial sums per K chunk,
+//           magnitude, e4m3 values are exact in bf16 and fp16; fp8 always runs on fp16 operands,
+//           device_common.cuh F16B, whose hardware e4m3 conversion is one instruction per pair),
+//           fp32 partial sums per K chunk,
 //           each scaled by its activation (row) and weight (column) scale — the exact product
 //           order of numerics.md, so no rounding of dequantized weights;
 //   mode 2: g_idx (act-order) int weights, dequantized per element to (u - z) * s rounded to
@@ -285,8 +287,10 @@ __global__ void __launch_bounds__(C::kThreads) moe_gemm_kernel(const GemmParams 
   mma_tile_epilogue<Op, C>(p, val, s_rows, warp_m, lane, ncol0, ntiles16, e, split);
 }
 
-template <class Op, class C, WFmt F, int MODE>
+template <class Op0, class C, WFmt F, int MODE>
 void launch_one(const GemmParams& p, cudaStream_t s) {
+  // fp8 (always W8A8 here: the CUDA backend refuses FP8A16) of a bf16 model: fp16 operands
+  using Op = std::conditional_t<F == WFmt::kFP8 && std::is_same_v<Op0, BF16>, F16B, Op0>;
   constexpr int smem = smem_bytes<C, F>();
   auto kern = moe_gemm_kernel<Op, C, F, MODE>;
   static bool attr_set = false;  // per instantiation; benign if two threads race (same value)
@@ -342,6 +346,8 @@ int tile_bn_for(Tile tile, WFmt fmt) {
 
 void launch_moe_gemm(bool f16, WFmt fmt, int mode, Tile tile, const GemmParams& p, cudaStream_t s) {
   if (fmt == WFmt::kNV4 || fmt == WFmt::kMX4) return launch_moe_gemm_fp4(f16, fmt, tile, p, s);  // backend II
+  // fp8 of a bf16 model runs on fp16 operands (F16B, launch_one): A must hold fp16 values
+  QMOE_CHECK(fmt != WFmt::kFP8 || f16 || p.a_f16, kInternal, "moe_gemm: fp8 weights of a bf16 model need fp16 A rows");
   if (f16) launch_tile<F16>(fmt, mode, tile, p, s);
   else launch_tile<BF16>(fmt, mode, tile, p, s);
 }

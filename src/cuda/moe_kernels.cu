@@ -248,6 +248,12 @@ __global__ void act_prep_kernel(const ActPrep p) {
     for (int i = tid; i < p.cols; i += blockDim.x) dst[i] = Op::from_f(row[i]);
     return;
   }
+  // a quantized value v (an e4m3 value: exact in either 16-bit type) at column i
+  __half* dst_h = static_cast<__half*>(p.a) + r * p.cols;
+  auto put = [&](int i, float v) {
+    if (p.q_f16) dst_h[i] = __float2half_rn(v);
+    else dst[i] = Op::from_f(v);
+  };
   if (p.quant == 3) {
     int e = 0;
     if (p.topk_ids != nullptr) {
@@ -259,14 +265,14 @@ __global__ void act_prep_kernel(const ActPrep p) {
     }
     const float s = p.in_scale[e];
     for (int i = tid; i < p.cols; i += blockDim.x)
-      dst[i] = Op::from_f(round_e4m3_sat(row[i] / s));
+      put(i, round_e4m3_sat(row[i] / s));
     if (tid == 0) p.scales[r * p.groups] = s;
     return;
   }
   if (p.quant == 1) {
     const float s = fmaxf(block_absmax(row, p.cols, red), 1e-10f) / 448.f;
     for (int i = tid; i < p.cols; i += blockDim.x)
-      dst[i] = Op::from_f(round_e4m3_sat(row[i] / s));
+      put(i, round_e4m3_sat(row[i] / s));
     if (tid == 0) p.scales[r * p.groups] = s;
     return;
   }
@@ -279,7 +285,7 @@ __global__ void act_prep_kernel(const ActPrep p) {
     mx = warp_max(mx);
     const float s = fmaxf(mx, 1e-10f) / 448.f;
     for (int i = c0 + lane; i < c1; i += 32)
-      dst[i] = Op::from_f(round_e4m3_sat(row[i] / s));
+      put(i, round_e4m3_sat(row[i] / s));
     if (lane == 0) p.scales[r * p.groups + g] = s;
   }
 }

@@ -262,6 +262,129 @@ __device__ __forceinline__ float block_absmax(const float* row, int cols, float*
   return red[0];
 }
 
+// ---- activation rows in registers (act_prep, the Hopper gather) --------------------------------------
+// A block holds one row of `cols` 16-bit values (cols % 8 == 0, 16-byte aligned rows) in registers:
+// thread t the 8-element chunks t + u * blockDim, u < kRowU, as float values exactly as the
+// reference sees them: x, or round(x * w) to the operand dtype (Llama 4 weight on input). One
+// 16-byte load per chunk, all issued before any is used; nothing goes through shared memory (the
+// shared-row versions ran at ~19 us for two 14336-column rows on the H200: bank-conflicted stores
+// and a scalar, two-pass quantization loop on 256 threads of two SMs).
+constexpr int kRowU = 4;
+template <class Op>
+__device__ __forceinline__ void load_row_regs(const typename Op::T* src, int nch, bool w_on, float w,
+                                              float (&v)[kRowU][8]) {
+  using T = typename Op::T;
+  const uint4* s4 = reinterpret_cast<const uint4*>(src);
+  uint4 raw[kRowU];
+#pragma unroll
+  for (int u = 0; u < kRowU; ++u) {
+    const int c = threadIdx.x + u * blockDim.x;
+    raw[u] = c < nch ? __ldg(s4 + c) : make_uint4(0, 0, 0, 0);
+  }
+#pragma unroll
+  for (int u = 0; u < kRowU; ++u) {
+    const T* x = reinterpret_cast<const T*>(&raw[u]);
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      float f = Op::to_f(x[j]);
+      if (w_on) f = Op::to_f(Op::from_f(f * w));
+      v[u][j] = f;
+    }
+  }
+}
+// Max over the block (blockDim a multiple of 32, <= 1024); red: 32 floats of shared scratch, not
+// in use by another call in flight. Every thread gets the result.
+__device__ __forceinline__ float block_max(float v, float* red) {
+  v = warp_max(v);
+  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
+  __syncthreads();
+  float r = red[0];
+  for (int i = 1; i < static_cast<int>(blockDim.x >> 5); ++i) r = fmaxf(r, red[i]);
+  return r;
+}
+// Max over the 16 lanes of a half-warp (1x128 activation groups of 16 chunks); every lane of the
+// warp must call it.
+__device__ __forceinline__ float halfwarp_max(float v) {
+#pragma unroll
+  for (int o = 8; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+// One warp per row (many rows: the Hopper gather, act_prep at prefill sizes): lane l handles the
+// 8-element chunks l, l + 32, ... of a 16-byte-aligned row, loading kWarpU of them at a time;
+// dynamic per-token scales take two passes over the row (the second from L1 / L2), so a warp
+// holds no more than kWarpU chunks and an SM keeps up to 64 rows in flight (one block of 128
+// threads per row held 16: ncu, qwen3-30b-a3b fp8 M = 4096, the gathers were 17% of the layer).
+constexpr int kWarpU = 4;
+template <class Op>
+__device__ __forceinline__ void chunk_vals(const uint4& raw, bool w_on, float w, float (&v)[8]) {
+  const typename Op::T* x = reinterpret_cast<const typename Op::T*>(&raw);
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    float f = Op::to_f(x[j]);
+    if (w_on) f = Op::to_f(Op::from_f(f * w));
+    v[j] = f;
+  }
+}
+// f(chunk index, values) for every chunk of the row this thread holds, kWarpU loads in flight; a
+// row is held by WPR warps (WPR = 1: a warp per row; long rows: 4, so that a pass is one round of
+// loads); every thread calls f the same number of times (c >= nch: zeros), so f may shuffle
+// across the warp (1x128 groups: 16 chunks on 16 consecutive lanes).
+template <class Op, int WPR, class F>
+__device__ __forceinline__ void warp_row_chunks(const typename Op::T* src, int nch, bool w_on, float w, F&& f) {
+  constexpr int kT = 32 * WPR;
+  const uint4* s4 = reinterpret_cast<const uint4*>(src);
+  const int tr = threadIdx.x & (kT - 1);
+  for (int base = 0; base < nch; base += kT * kWarpU) {
+    const int c0 = base + tr;
+    uint4 raw[kWarpU];
+#pragma unroll
+    for (int u = 0; u < kWarpU; ++u) {
+      const int c = c0 + kT * u;
+      raw[u] = c < nch ? __ldg(s4 + c) : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int u = 0; u < kWarpU; ++u) {
+      float v[8];
+      chunk_vals<Op>(raw[u], w_on, w, v);
+      f(c0 + kT * u, v);
+    }
+  }
+}
+// Max over the WPR warps of a row (blocks of 128 threads: WPR = 4 is one row per block, so the
+// barrier is uniform); red: 4 floats of shared scratch, one call per kernel.
+template <int WPR>
+__device__ __forceinline__ float row_max(float v, float* red) {
+  v = warp_max(v);
+  if constexpr (WPR == 1) {
+    return v;
+  } else {
+    static_assert(WPR == 4, "a row per warp or per 128-thread block");
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
+    __syncthreads();
+    return fmaxf(fmaxf(red[0], red[1]), fmaxf(red[2], red[3]));
+  }
+}
+// Warps per row for a row of nch 16-byte chunks: 4 past 256 chunks (2048 16-bit values).
+__host__ __device__ constexpr int row_warps(int nch) { return nch > 256 ? 4 : 1; }
+
+// Eight values as one 16-byte chunk of 16-bit type T (Op::T, or __half).
+template <class T>
+__device__ __forceinline__ uint4 pack8(const float (&q)[8]) {
+  uint4 o;
+  uint32_t* w = reinterpret_cast<uint32_t*>(&o);
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    if constexpr (std::is_same_v<T, __half>) {
+      __half2 h = __floats2half2_rn(q[2 * j], q[2 * j + 1]);
+      w[j] = *reinterpret_cast<uint32_t*>(&h);
+    } else {
+      __nv_bfloat162 h = __floats2bfloat162_rn(q[2 * j], q[2 * j + 1]);
+      w[j] = *reinterpret_cast<uint32_t*>(&h);
+    }
+  }
+  return o;
+}
+
 // ---- prepared row order -------------------------------------------------------------------------
 // Original weight row of prepared row n of w13, whose rows are interleaved per n16 tile: 8 gate rows
 // then the 8 matching up rows (half = I); every kernel's epilogue and prepare() use this order.
@@ -284,6 +407,17 @@ __device__ __forceinline__ float e4m3_value(uint8_t c) {
   return __half2float(__half(__nv_cvt_fp8_to_halfraw(c, __NV_E4M3)));
 }
 __device__ __forceinline__ float round_e4m3_sat(float v) { return e4m3_value(to_e4m3(v)); }
+// e4m3 codes of 8 values as 8 bytes (v already divided by the scale).
+__device__ __forceinline__ uint2 e4m3_codes8(const float (&q)[8]) {
+  uint32_t lo = 0, hi = 0;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    lo |= static_cast<uint32_t>(to_e4m3(q[j])) << (8 * j);
+    hi |= static_cast<uint32_t>(to_e4m3(q[4 + j])) << (8 * j);
+  }
+  return make_uint2(lo, hi);
+}
+
 
 __device__ __forceinline__ float act_fn(int act, float g, float u) {
   if (act == 0) return g / (1.f + expf(-g)) * u;

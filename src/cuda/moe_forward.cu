@@ -176,7 +176,7 @@ struct ExpertsPlan {
   int dec_rows() const { return static_cast<int>(std::min<int64_t>(dec_r, numel)); }
   int bm = 16, cap = 0;
   bool prep_a = false, slot_rows = false;
-  int32_t *sorted = nullptr, *eids = nullptr, *npost = nullptr;
+  int32_t *sorted = nullptr, *eids = nullptr, *npost = nullptr, *hist = nullptr;
   void* a = nullptr;
   float* a_scale = nullptr;
   int a_groups = 1;
@@ -212,6 +212,7 @@ struct ExpertsPlan {
       sorted = cv.take<int32_t>(cap);
       eids = cv.take<int32_t>(cap / bm);
       npost = cv.take<int32_t>(1);
+      if (const int hn = align_hist_ints(static_cast<int>(numel), ex.num_experts)) hist = cv.take<int32_t>(hn);
       const size_t esz = op.bytes ? 1 : 2;
       as = cv.take<char>(static_cast<size_t>(cap) * ex.w13.kp * esz);
       hs = cv.take<char>(static_cast<size_t>(cap) * ex.w2.kp * 2);
@@ -275,6 +276,7 @@ struct ExpertsPlan {
     sorted = cv.take<int32_t>(cap);
     eids = cv.take<int32_t>(cap / bm);
     npost = cv.take<int32_t>(1);
+    if (const int hn = align_hist_ints(static_cast<int>(numel), ex.num_experts)) hist = cv.take<int32_t>(hn);
     const bool quant = ex.act_quant != ActQuant::kNone;
     prep_a = quant || weight_on_input;
     slot_rows = weight_on_input || ex.act_quant == ActQuant::kFP8Tensor || ex.act_quant == ActQuant::kNVFP4;
@@ -349,7 +351,7 @@ void run_experts_sm90(const DevExperts& ex, const ExpertsPlan& pl, const void* x
   const int H = ex.hidden, I = ex.intermediate;
   const int qa = quant ? quant_code(ex.act_quant) : 0;
   launch_align(topk_ids, static_cast<int>(pl.numel), emap, ex.num_experts, pl.bm, pl.cap, pl.sorted, pl.eids,
-               pl.npost, s);
+               pl.npost, pl.hist, s);
   Sm90Gather g;
   g.x = x;
   g.ldx = H;
@@ -459,7 +461,7 @@ void run_experts(const DevExperts& ex, const ExpertsPlan& pl, const void* x, con
   if (pl.c2.splits > 1 || emap != nullptr)
     QMOE_CUDA_OK(cudaMemsetAsync(pl.o, 0, static_cast<size_t>(pl.numel) * H * 4, s));
   launch_align(topk_ids, static_cast<int>(pl.numel), emap, ex.num_experts, pl.bm, pl.cap, pl.sorted, pl.eids,
-               pl.npost, s);
+               pl.npost, pl.hist, s);
   // ---- GEMM1 operand rows
   const void* a = x;
   int a_row_div = pl.top_k;

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cfloat>
 
+#include "cuda/cuda_moe.h"
 #include "cuda/device_common.cuh"
 #include "cuda/moe_kernels.cuh"
 #include "cuda/moe_q.cuh"
@@ -228,6 +229,106 @@ __global__ void align_kernel(const int32_t* __restrict__ ids, int numel, const i
   }
 }
 
+// Many entries (align_hist_ints > 0): three kernels over a grid instead of one block (ncu, qwen3-30b-a3b
+// M = 4096, 32768 entries: the one-block kernel took 40 us, its shared-memory atomics on 128
+// counters and the capacity-long sentinel fill on one SM). Block b of kAlignChunk entries:
+//   count:   hist[b][e] = entries of block b on local expert e;
+//   offsets: (one block) per expert the exclusive prefix of hist over blocks (in place), the padded
+//            exclusive scan over experts (off), num_post, expert ids of the blocks, and the sentinel
+//            in each expert's padding positions;
+//   scatter: block b's entries of expert e at off[e] + hist[b][e] + rank (rank by shared atomics;
+//            the order of an expert's rows does not change any row's result), and the sentinel
+//            past num_post.
+constexpr int kAlignChunk = 1024;
+__device__ __forceinline__ int align_local(const int32_t* ids, const int32_t* emap, int i) {
+  const int e = ids[i];
+  return emap != nullptr ? emap[e] : e;
+}
+__global__ void align_count_kernel(const int32_t* __restrict__ ids, int numel, const int32_t* __restrict__ emap,
+                                   int E, int32_t* __restrict__ hist) {
+  extern __shared__ int cnt[];  // [E]
+  pdl_trigger();  // launched plainly (the layer's first kernel): the next kernel may start early
+  for (int e = threadIdx.x; e < E; e += blockDim.x) cnt[e] = 0;
+  __syncthreads();
+  const int i = blockIdx.x * kAlignChunk + threadIdx.x;  // blockDim == kAlignChunk
+  if (i < numel) {
+    const int e = align_local(ids, emap, i);
+    if (e >= 0) atomicAdd(&cnt[e], 1);
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < E; e += blockDim.x) hist[static_cast<size_t>(blockIdx.x) * E + e] = cnt[e];
+}
+__global__ void align_offsets_kernel(int nb, int E, int B, int numel, int32_t* __restrict__ hist,
+                                     int32_t* __restrict__ off_out, int32_t* __restrict__ sorted,
+                                     int32_t* __restrict__ eids, int capacity, int32_t* __restrict__ num_post) {
+  extern __shared__ int sh[];
+  int* padded = sh;       // [E]
+  int* off = sh + E;      // [E + 1]
+  pdl_wait();
+  pdl_trigger();
+  // per expert, the exclusive prefix over blocks: loads 8 blocks at a time (one loop iteration per
+  // block waited an L2 round trip each: 25 us for 32 blocks, ncu)
+  for (int e = threadIdx.x; e < E; e += blockDim.x) {
+    int run = 0;
+    for (int b0 = 0; b0 < nb; b0 += 8) {
+      int c[8];
+#pragma unroll
+      for (int u = 0; u < 8; ++u) c[u] = b0 + u < nb ? hist[static_cast<size_t>(b0 + u) * E + e] : 0;
+#pragma unroll
+      for (int u = 0; u < 8; ++u) {
+        if (b0 + u < nb) hist[static_cast<size_t>(b0 + u) * E + e] = run;
+        run += c[u];
+      }
+    }
+    padded[e] = run;  // the expert's count for now
+  }
+  __syncthreads();
+  if (threadIdx.x < 32) {  // padded exclusive scan over experts: lane l sums a contiguous run, warp scan
+    const int lane = threadIdx.x, per = (E + 31) / 32, e0 = lane * per, e1 = min(E, e0 + per);
+    int local = 0;
+    for (int e = e0; e < e1; ++e) local += (padded[e] + B - 1) / B * B;
+    int incl = local;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+      const int v = __shfl_up_sync(0xffffffffu, incl, o);
+      if (lane >= o) incl += v;
+    }
+    int run = incl - local;
+    for (int e = e0; e < e1; ++e) {
+      off[e] = run;
+      run += (padded[e] + B - 1) / B * B;
+    }
+    if (lane == 31) {
+      off[E] = incl;
+      *num_post = incl;
+    }
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e <= E; e += blockDim.x) off_out[e] = off[e];
+  for (int b = threadIdx.x; b < capacity / B; b += blockDim.x) eids[b] = -1;
+  __syncthreads();
+  for (int e = threadIdx.x; e < E; e += blockDim.x) {
+    for (int b = off[e] / B; b < off[e + 1] / B; ++b) eids[b] = e;
+    for (int i = off[e] + padded[e]; i < off[e + 1]; ++i) sorted[i] = numel;  // the expert's padding
+  }
+}
+__global__ void align_scatter_kernel(const int32_t* __restrict__ ids, int numel, const int32_t* __restrict__ emap,
+                                     int E, const int32_t* __restrict__ hist, const int32_t* __restrict__ off,
+                                     int32_t* __restrict__ sorted, int capacity, const int32_t* __restrict__ num_post) {
+  extern __shared__ int cur[];  // [E]
+  pdl_wait();
+  pdl_trigger();
+  for (int e = threadIdx.x; e < E; e += blockDim.x) cur[e] = off[e] + hist[static_cast<size_t>(blockIdx.x) * E + e];
+  __syncthreads();
+  const int i = blockIdx.x * kAlignChunk + threadIdx.x;
+  if (i < numel) {
+    const int e = align_local(ids, emap, i);
+    if (e >= 0) sorted[atomicAdd(&cur[e], 1)] = i;
+  }
+  const int np = *num_post;
+  for (int j = np + blockIdx.x * blockDim.x + threadIdx.x; j < capacity; j += gridDim.x * blockDim.x) sorted[j] = numel;
+}
+
 // ---- activation preparation / quantization --------------------------------------------------------
 template <class Op>
 __global__ void act_prep_kernel(const ActPrep p) {
@@ -288,6 +389,146 @@ __global__ void act_prep_kernel(const ActPrep p) {
       put(i, round_e4m3_sat(row[i] / s));
     if (lane == 0) p.scales[r * p.groups + g] = s;
   }
+}
+
+// act_prep for quant 0..3 on 16-byte-aligned rows (cols % 8 == 0): the row in registers
+// (device_common.cuh load_row_regs), one block per row; same values as act_prep_kernel.
+template <class Op>
+__global__ void act_prep_vec_kernel(const ActPrep p) {
+  using T = typename Op::T;
+  __shared__ float red[32];
+  pdl_wait();
+  pdl_trigger();
+  const int64_t r = blockIdx.x;
+  const int64_t tok = p.slot_mode ? r / p.top_k : r;
+  const int nch = p.cols / 8;
+  float s = 1.f;
+  if (p.quant == 3) {
+    int e = 0;
+    if (p.topk_ids != nullptr) {
+      e = p.topk_ids[r];
+      if (p.expert_map != nullptr) e = p.expert_map[e];
+    }
+    if (e < 0) return;  // slot of another rank's expert: never read
+    s = p.in_scale[e];
+  }
+  float v[kRowU][8];
+  load_row_regs<Op>(static_cast<const T*>(p.x) + tok * p.ldx, nch, p.topk_w != nullptr,
+                    p.topk_w != nullptr ? p.topk_w[r] : 1.f, v);
+  uint4* dst = reinterpret_cast<uint4*>(static_cast<T*>(p.a) + r * p.cols);  // 16-bit either way
+  auto store = [&](int u, const float (&q)[8]) {
+    const int c = threadIdx.x + u * blockDim.x;
+    if (c < nch) dst[c] = p.q_f16 && p.quant != 0 ? pack8<__half>(q) : pack8<T>(q);
+  };
+  if (p.quant == 0) {
+#pragma unroll
+    for (int u = 0; u < kRowU; ++u) store(u, v[u]);
+    return;
+  }
+  if (p.quant == 1) {
+    float mx = 0.f;
+#pragma unroll
+    for (int u = 0; u < kRowU; ++u)
+#pragma unroll
+      for (int j = 0; j < 8; ++j) mx = fmaxf(mx, fabsf(v[u][j]));
+    s = fmaxf(block_max(mx, red), 1e-10f) / 448.f;
+  }
+  if (p.quant == 1 || p.quant == 3) {
+#pragma unroll
+    for (int u = 0; u < kRowU; ++u) {
+      if (threadIdx.x + u * blockDim.x >= nch) break;  // no divisions for absent chunks
+      float q[8];
+#pragma unroll
+      for (int j = 0; j < 8; ++j) q[j] = round_e4m3_sat(v[u][j] / s);
+      store(u, q);
+    }
+    if (threadIdx.x == 0) p.scales[r * p.groups] = s;
+    return;
+  }
+  // quant == 2: a 128-column group is 16 chunks, held by the 16 lanes of a half-warp (blockDim is
+  // a multiple of 32); chunks past the row count zero
+#pragma unroll
+  for (int u = 0; u < kRowU; ++u) {
+    const int c = threadIdx.x + u * blockDim.x;
+    float mx = 0.f;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) mx = fmaxf(mx, fabsf(v[u][j]));
+    const float sg = fmaxf(halfwarp_max(mx), 1e-10f) / 448.f;  // every lane: the shuffles
+    if (c >= nch) continue;
+    float q[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) q[j] = round_e4m3_sat(v[u][j] / sg);
+    store(u, q);
+    if (c % 16 == 0) p.scales[r * p.groups + c / 16] = sg;
+  }
+}
+
+// act_prep at many rows (prefill sizes): one warp per row (device_common.cuh warp_row_chunks),
+// four rows per block; same values as act_prep_kernel.
+// WPR warps per row (device_common.cuh row_warps), 128 threads per block.
+template <class Op, int WPR>
+__global__ void __launch_bounds__(128) act_prep_warp_kernel(const ActPrep p) {
+  using T = typename Op::T;
+  __shared__ float red[4];
+  pdl_wait();
+  pdl_trigger();
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * (4 / WPR) + (threadIdx.x >> 5) / WPR;
+  const int lane = threadIdx.x & (32 * WPR - 1);  // thread of the row's WPR warps
+  if (r >= p.rows) return;  // uniform over a block when WPR = 4
+  const int64_t tok = p.slot_mode ? r / p.top_k : r;
+  const int nch = p.cols / 8;
+  float s = 1.f;
+  if (p.quant == 3) {
+    int e = 0;
+    if (p.topk_ids != nullptr) {
+      e = p.topk_ids[r];
+      if (p.expert_map != nullptr) e = p.expert_map[e];
+    }
+    if (e < 0) return;  // slot of another rank's expert: never read
+    s = p.in_scale[e];
+  }
+  const T* src = static_cast<const T*>(p.x) + tok * p.ldx;
+  const bool w_on = p.topk_w != nullptr;
+  const float w = w_on ? p.topk_w[r] : 1.f;
+  uint4* dst = reinterpret_cast<uint4*>(static_cast<T*>(p.a) + r * p.cols);  // 16-bit either way
+  auto store = [&](int c, const float (&q)[8]) { dst[c] = p.q_f16 && p.quant != 0 ? pack8<__half>(q) : pack8<T>(q); };
+  if (p.quant == 0) {
+    warp_row_chunks<Op, WPR>(src, nch, w_on, w, [&](int c, const float (&v)[8]) {
+      if (c < nch) store(c, v);
+    });
+    return;
+  }
+  if (p.quant == 1 || p.quant == 3) {
+    if (p.quant == 1) {
+      float mx = 0.f;
+      warp_row_chunks<Op, WPR>(src, nch, w_on, w, [&](int, const float (&v)[8]) {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) mx = fmaxf(mx, fabsf(v[j]));
+      });
+      s = fmaxf(row_max<WPR>(mx, red), 1e-10f) / 448.f;
+    }
+    warp_row_chunks<Op, WPR>(src, nch, w_on, w, [&](int c, const float (&v)[8]) {
+      if (c >= nch) return;
+      float q[8];
+#pragma unroll
+      for (int j = 0; j < 8; ++j) q[j] = round_e4m3_sat(v[j] / s);
+      store(c, q);
+    });
+    if (lane == 0) p.scales[r * p.groups] = s;
+    return;
+  }
+  warp_row_chunks<Op, WPR>(src, nch, w_on, w, [&](int c, const float (&v)[8]) {  // quant 2
+    float mx = 0.f;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) mx = fmaxf(mx, fabsf(v[j]));
+    const float sg = fmaxf(halfwarp_max(mx), 1e-10f) / 448.f;  // every lane: the shuffles
+    if (c >= nch) return;
+    float q[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) q[j] = round_e4m3_sat(v[j] / sg);
+    store(c, q);
+    if (c % 16 == 0) p.scales[r * p.groups + c / 16] = sg;
+  });
 }
 
 template <class Op>
@@ -363,10 +604,30 @@ void launch_route(const float* logits, int64_t m, int E, const RouterConfig& cfg
   QMOE_CUDA_LAUNCH_OK();
 }
 
+int align_hist_ints(int numel, int num_local) {
+  if (numel <= kAlignMultiMin) return 0;
+  return ((numel + kAlignChunk - 1) / kAlignChunk) * num_local + num_local + 1;  // hist, then off
+}
+
 void launch_align(const int32_t* topk_ids, int numel, const int32_t* expert_map, int num_local, int block,
-                  int capacity, int32_t* sorted_ids, int32_t* expert_ids, int32_t* num_post, cudaStream_t s) {
+                  int capacity, int32_t* sorted_ids, int32_t* expert_ids, int32_t* num_post, int32_t* hist,
+                  cudaStream_t s) {
   size_t smem = (3 * static_cast<size_t>(num_local) + 1) * sizeof(int);
   QMOE_CHECK(smem <= 48 * 1024, kUnsupported, "CUDA align: ", num_local, " local experts is too many");
+  if (align_hist_ints(numel, num_local) > 0) {
+    QMOE_CHECK(hist != nullptr, kInternal, "CUDA align: ", numel, " entries need the histogram workspace");
+    const int nb = (numel + kAlignChunk - 1) / kAlignChunk;
+    int32_t* off = hist + static_cast<size_t>(nb) * num_local;
+    const size_t e_smem = static_cast<size_t>(num_local) * sizeof(int);
+    align_count_kernel<<<nb, kAlignChunk, e_smem, s>>>(topk_ids, numel, expert_map, num_local, hist);
+    QMOE_CUDA_LAUNCH_OK();
+    launch_kernel(align_offsets_kernel, dim3(1), dim3(256), (2 * static_cast<size_t>(num_local) + 1) * sizeof(int), s,
+                  nb, num_local, block, numel, hist, off, sorted_ids, expert_ids, capacity, num_post);
+    launch_kernel(align_scatter_kernel, dim3(nb), dim3(kAlignChunk), e_smem, s, topk_ids, numel, expert_map, num_local,
+                  static_cast<const int32_t*>(hist), static_cast<const int32_t*>(off), sorted_ids, capacity,
+                  static_cast<const int32_t*>(num_post));
+    return;
+  }
   align_kernel<<<1, 1024, smem, s>>>(topk_ids, numel, expert_map, num_local, block, capacity, sorted_ids,
                                       expert_ids, num_post);
   QMOE_CUDA_LAUNCH_OK();
@@ -381,6 +642,30 @@ void launch_act_prep(bool f16, const ActPrep& p, cudaStream_t s) {
       QMOE_CUDA_OK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
     launch_kernel(kern, dim3(static_cast<unsigned>(p.rows)), dim3(256), smem, s, p);
   };
+  // rows in registers where they are 16-byte aligned and fit (kRowU chunks of 8 per thread): as
+  // many threads as chunks up to 1024 (few rows: decode), at least 64
+  const int nch = p.cols / 8;
+  if (p.cols % 8 == 0 && p.ldx % 8 == 0 && reinterpret_cast<uintptr_t>(p.x) % 16 == 0 &&
+      reinterpret_cast<uintptr_t>(p.a) % 16 == 0 && (nch <= 1024 * kRowU || p.rows > 2 * device_sm_count())) {
+    if (p.rows > 2 * device_sm_count()) {  // many rows: one warp each (latency-bound per row)
+      const int wpr = row_warps(nch);
+      const dim3 grid(static_cast<unsigned>((p.rows * wpr + 3) / 4));
+      if (wpr == 4) {
+        if (f16) launch_kernel(act_prep_warp_kernel<F16, 4>, grid, dim3(128), 0, s, p);
+        else launch_kernel(act_prep_warp_kernel<BF16, 4>, grid, dim3(128), 0, s, p);
+      } else {
+        if (f16) launch_kernel(act_prep_warp_kernel<F16, 1>, grid, dim3(128), 0, s, p);
+        else launch_kernel(act_prep_warp_kernel<BF16, 1>, grid, dim3(128), 0, s, p);
+      }
+      return;
+    }
+    // few rows (decode): a block per row, as many threads as chunks (up to 1024, at least 128)
+    const int threads = std::min(1024, std::max(128, (nch + 31) / 32 * 32));
+    QMOE_CHECK(nch <= threads * kRowU, kInternal, "act_prep: ", p.cols, " columns on ", threads, " threads");
+    if (f16) launch_kernel(act_prep_vec_kernel<F16>, dim3(static_cast<unsigned>(p.rows)), dim3(threads), 0, s, p);
+    else launch_kernel(act_prep_vec_kernel<BF16>, dim3(static_cast<unsigned>(p.rows)), dim3(threads), 0, s, p);
+    return;
+  }
   if (f16) go(act_prep_kernel<F16>);
   else go(act_prep_kernel<BF16>);
 }

@@ -424,15 +424,19 @@ TEST(CudaAlign, GroupsEveryEntryByExpert) {
   SKIP_WITHOUT_GPU();
   for (int E : {1, 8, 12, 256})
     for (int block : {16, 128})
-      for (int64_t numel : {1, 24, 1000, 32768}) {
+      for (int64_t numel : {1, 24, 1000, 4097, 5000, 32768}) {  // > 4096: the three-kernel path
         std::mt19937 rng(E * 7 + block + numel);
         std::vector<int32_t> ids(numel);
         for (auto& v : ids) v = static_cast<int32_t>(rng() % E);
         AlignResult want = align_block_size(ids.data(), numel, E, block);
         const int cap = cuda::align_capacity(static_cast<int>(numel), E, block);
         DevBuf di = up(ids.data(), ids.size() * 4), ds(cap * 4), de(cap / block * 4), dn(4);
+        const int hn = cuda::align_hist_ints(static_cast<int>(numel), E);
+        DevBuf dh(std::max(hn, 1) * 4);
+        cudaMemset(ds.ptr, 0x7F, ds.bytes);  // poisoned: every position must be written
+        cudaMemset(de.ptr, 0x7F, de.bytes);
         cuda::launch_align(di.as<int32_t>(), static_cast<int>(numel), nullptr, E, block, cap, ds.as<int32_t>(),
-                           de.as<int32_t>(), dn.as<int32_t>(), nullptr);
+                           de.as<int32_t>(), dn.as<int32_t>(), hn > 0 ? dh.as<int32_t>() : nullptr, nullptr);
         ck(cudaDeviceSynchronize());
         std::vector<int32_t> s(cap), e(cap / block);
         int32_t n = 0;
@@ -453,6 +457,8 @@ TEST(CudaAlign, GroupsEveryEntryByExpert) {
         std::multiset<int32_t> got(s.begin(), s.begin() + n), exp(want.sorted_token_ids.begin(),
                                                                     want.sorted_token_ids.begin() + n);
         ASSERT_EQ(got, exp) << "E " << E << " block " << block << " numel " << numel;
+        for (int j = n; j < cap; ++j) ASSERT_EQ(s[j], numel) << "sentinel past num_post at " << j << " numel " << numel;
+        for (int b = n / block; b < cap / block; ++b) ASSERT_EQ(e[b], -1) << "expert id past num_post, block " << b;
       }
 }
 

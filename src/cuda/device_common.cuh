@@ -262,6 +262,26 @@ __device__ __forceinline__ float block_absmax(const float* row, int cols, float*
   return red[0];
 }
 
+// e4m3_satfinite(v): the hardware conversion (RNE, saturate to +-448, NaN kept) is the codec's
+// f32_to_e4m3(v, true) bit for bit; round_e4m3_sat returns that code's value (exact in f32).
+__device__ __forceinline__ uint8_t to_e4m3(float v) {
+  return static_cast<uint8_t>(__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3));
+}
+__device__ __forceinline__ float e4m3_value(uint8_t c) {
+  return __half2float(__half(__nv_cvt_fp8_to_halfraw(c, __NV_E4M3)));
+}
+__device__ __forceinline__ float round_e4m3_sat(float v) { return e4m3_value(to_e4m3(v)); }
+// e4m3 codes of 8 values as 8 bytes (v already divided by the scale).
+__device__ __forceinline__ uint2 e4m3_codes8(const float (&q)[8]) {
+  uint32_t lo = 0, hi = 0;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    lo |= static_cast<uint32_t>(to_e4m3(q[j])) << (8 * j);
+    hi |= static_cast<uint32_t>(to_e4m3(q[4 + j])) << (8 * j);
+  }
+  return make_uint2(lo, hi);
+}
+
 // ---- activation rows in registers (act_prep, the Hopper gather) --------------------------------------
 // A block holds one row of `cols` 16-bit values (cols % 8 == 0, 16-byte aligned rows) in registers:
 // thread t the 8-element chunks t + u * blockDim, u < kRowU, as float values exactly as the
@@ -364,6 +384,55 @@ __device__ __forceinline__ float row_max(float v, float* red) {
     return fmaxf(fmaxf(red[0], red[1]), fmaxf(red[2], red[3]));
   }
 }
+// One row held by WPR warps (warp_row_chunks): copied (quant 0: store(c, values)) or quantized
+// to e4m3 (quant 1: per-token scale from the row's absmax, a first pass; 2: per 1x128 group, one
+// pass; 3: the given static scale s), store(c, e4m3 values) per chunk and scale(g, s) once per
+// scale group by one thread. The values as act_prep_kernel / the reference compute them
+// (numerics.md: s = max(amax, 1e-10) / 448, q = e4m3_satfinite(x / s)). red: 4 floats of shared
+// scratch (row_max).
+template <class Op, int WPR, class Store, class Scale>
+__device__ __forceinline__ void warp_row_quant(const typename Op::T* src, int nch, bool w_on, float w, int quant,
+                                               float s, float* red, Store&& store, Scale&& scale) {
+  const int tr = threadIdx.x & (32 * WPR - 1);
+  if (quant == 0) {
+    warp_row_chunks<Op, WPR>(src, nch, w_on, w, [&](int c, const float (&v)[8]) {
+      if (c < nch) store(c, v);
+    });
+    return;
+  }
+  if (quant == 1 || quant == 3) {
+    if (quant == 1) {  // first pass: the row's absmax
+      float mx = 0.f;
+      warp_row_chunks<Op, WPR>(src, nch, w_on, w, [&](int, const float (&v)[8]) {
+#pragma unroll
+        for (int j = 0; j < 8; ++j) mx = fmaxf(mx, fabsf(v[j]));
+      });
+      s = fmaxf(row_max<WPR>(mx, red), 1e-10f) / 448.f;
+    }
+    warp_row_chunks<Op, WPR>(src, nch, w_on, w, [&](int c, const float (&v)[8]) {
+      if (c >= nch) return;  // no divisions for absent chunks (0 / s takes the slow path)
+      float q[8];
+#pragma unroll
+      for (int j = 0; j < 8; ++j) q[j] = round_e4m3_sat(v[j] / s);
+      store(c, q);
+    });
+    if (tr == 0) scale(0, s);
+    return;
+  }
+  // quant 2: a 128-column group is 16 chunks, held by 16 consecutive lanes of one warp
+  warp_row_chunks<Op, WPR>(src, nch, w_on, w, [&](int c, const float (&v)[8]) {
+    float mx = 0.f;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) mx = fmaxf(mx, fabsf(v[j]));
+    const float sg = fmaxf(halfwarp_max(mx), 1e-10f) / 448.f;  // every lane: the shuffles
+    if (c >= nch) return;
+    float q[8];
+#pragma unroll
+    for (int j = 0; j < 8; ++j) q[j] = round_e4m3_sat(v[j] / sg);
+    store(c, q);
+    if (c % 16 == 0) scale(c / 16, sg);
+  });
+}
 // Warps per row for a row of nch 16-byte chunks: 4 past 256 chunks (2048 16-bit values).
 __host__ __device__ constexpr int row_warps(int nch) { return nch > 256 ? 4 : 1; }
 
@@ -398,27 +467,6 @@ __device__ __forceinline__ int orig_row(const P& p, int n) {
 
 // ---- activations (numerics.md) -------------------------------------------------------------------
 // act: 0 silu*mul, 1 gelu(erf)*mul, 2 swigluoai
-// e4m3_satfinite(v): the hardware conversion (RNE, saturate to +-448, NaN kept) is the codec's
-// f32_to_e4m3(v, true) bit for bit; round_e4m3_sat returns that code's value (exact in f32).
-__device__ __forceinline__ uint8_t to_e4m3(float v) {
-  return static_cast<uint8_t>(__nv_cvt_float_to_fp8(v, __NV_SATFINITE, __NV_E4M3));
-}
-__device__ __forceinline__ float e4m3_value(uint8_t c) {
-  return __half2float(__half(__nv_cvt_fp8_to_halfraw(c, __NV_E4M3)));
-}
-__device__ __forceinline__ float round_e4m3_sat(float v) { return e4m3_value(to_e4m3(v)); }
-// e4m3 codes of 8 values as 8 bytes (v already divided by the scale).
-__device__ __forceinline__ uint2 e4m3_codes8(const float (&q)[8]) {
-  uint32_t lo = 0, hi = 0;
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    lo |= static_cast<uint32_t>(to_e4m3(q[j])) << (8 * j);
-    hi |= static_cast<uint32_t>(to_e4m3(q[4 + j])) << (8 * j);
-  }
-  return make_uint2(lo, hi);
-}
-
-
 __device__ __forceinline__ float act_fn(int act, float g, float u) {
   if (act == 0) return g / (1.f + expf(-g)) * u;
   if (act == 1) return 0.5f * g * (1.f + erff(g * 0.70710678118654752f)) * u;

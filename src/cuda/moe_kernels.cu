@@ -330,6 +330,21 @@ __global__ void align_scatter_kernel(const int32_t* __restrict__ ids, int numel,
 }
 
 // ---- activation preparation / quantization --------------------------------------------------------
+// Local expert of slot r (static per-tensor scales are per expert), -1 for another rank's expert.
+__device__ __forceinline__ int slot_expert(const ActPrep& p, int64_t r) {
+  if (p.topk_ids == nullptr) return 0;
+  const int e = p.topk_ids[r];
+  return p.expert_map != nullptr ? p.expert_map[e] : e;
+}
+// s = the row's static scale (quant 3; other quant codes leave s); false for a slot of another
+// rank's expert.
+__device__ __forceinline__ bool row_static_scale(const ActPrep& p, int64_t r, float& s) {
+  if (p.quant != 3) return true;
+  const int e = slot_expert(p, r);
+  if (e < 0) return false;
+  s = p.in_scale[e];
+  return true;
+}
 template <class Op>
 __global__ void act_prep_kernel(const ActPrep p) {
   using T = typename Op::T;
@@ -356,14 +371,8 @@ __global__ void act_prep_kernel(const ActPrep p) {
     else dst[i] = Op::from_f(v);
   };
   if (p.quant == 3) {
-    int e = 0;
-    if (p.topk_ids != nullptr) {
-      e = p.topk_ids[r];
-      if (p.expert_map != nullptr) e = p.expert_map[e];
-    }
-    if (e < 0) {  // slot of another rank's expert: never read
-      return;
-    }
+    const int e = slot_expert(p, r);
+    if (e < 0) return;  // slot of another rank's expert: never read
     const float s = p.in_scale[e];
     for (int i = tid; i < p.cols; i += blockDim.x)
       put(i, round_e4m3_sat(row[i] / s));
@@ -403,15 +412,7 @@ __global__ void act_prep_vec_kernel(const ActPrep p) {
   const int64_t tok = p.slot_mode ? r / p.top_k : r;
   const int nch = p.cols / 8;
   float s = 1.f;
-  if (p.quant == 3) {
-    int e = 0;
-    if (p.topk_ids != nullptr) {
-      e = p.topk_ids[r];
-      if (p.expert_map != nullptr) e = p.expert_map[e];
-    }
-    if (e < 0) return;  // slot of another rank's expert: never read
-    s = p.in_scale[e];
-  }
+  if (!row_static_scale(p, r, s)) return;  // slot of another rank's expert: never read
   float v[kRowU][8];
   load_row_regs<Op>(static_cast<const T*>(p.x) + tok * p.ldx, nch, p.topk_w != nullptr,
                     p.topk_w != nullptr ? p.topk_w[r] : 1.f, v);
@@ -473,62 +474,17 @@ __global__ void __launch_bounds__(128) act_prep_warp_kernel(const ActPrep p) {
   pdl_wait();
   pdl_trigger();
   const int64_t r = static_cast<int64_t>(blockIdx.x) * (4 / WPR) + (threadIdx.x >> 5) / WPR;
-  const int lane = threadIdx.x & (32 * WPR - 1);  // thread of the row's WPR warps
   if (r >= p.rows) return;  // uniform over a block when WPR = 4
   const int64_t tok = p.slot_mode ? r / p.top_k : r;
   const int nch = p.cols / 8;
   float s = 1.f;
-  if (p.quant == 3) {
-    int e = 0;
-    if (p.topk_ids != nullptr) {
-      e = p.topk_ids[r];
-      if (p.expert_map != nullptr) e = p.expert_map[e];
-    }
-    if (e < 0) return;  // slot of another rank's expert: never read
-    s = p.in_scale[e];
-  }
-  const T* src = static_cast<const T*>(p.x) + tok * p.ldx;
+  if (!row_static_scale(p, r, s)) return;  // slot of another rank's expert: never read
   const bool w_on = p.topk_w != nullptr;
-  const float w = w_on ? p.topk_w[r] : 1.f;
   uint4* dst = reinterpret_cast<uint4*>(static_cast<T*>(p.a) + r * p.cols);  // 16-bit either way
-  auto store = [&](int c, const float (&q)[8]) { dst[c] = p.q_f16 && p.quant != 0 ? pack8<__half>(q) : pack8<T>(q); };
-  if (p.quant == 0) {
-    warp_row_chunks<Op, WPR>(src, nch, w_on, w, [&](int c, const float (&v)[8]) {
-      if (c < nch) store(c, v);
-    });
-    return;
-  }
-  if (p.quant == 1 || p.quant == 3) {
-    if (p.quant == 1) {
-      float mx = 0.f;
-      warp_row_chunks<Op, WPR>(src, nch, w_on, w, [&](int, const float (&v)[8]) {
-#pragma unroll
-        for (int j = 0; j < 8; ++j) mx = fmaxf(mx, fabsf(v[j]));
-      });
-      s = fmaxf(row_max<WPR>(mx, red), 1e-10f) / 448.f;
-    }
-    warp_row_chunks<Op, WPR>(src, nch, w_on, w, [&](int c, const float (&v)[8]) {
-      if (c >= nch) return;
-      float q[8];
-#pragma unroll
-      for (int j = 0; j < 8; ++j) q[j] = round_e4m3_sat(v[j] / s);
-      store(c, q);
-    });
-    if (lane == 0) p.scales[r * p.groups] = s;
-    return;
-  }
-  warp_row_chunks<Op, WPR>(src, nch, w_on, w, [&](int c, const float (&v)[8]) {  // quant 2
-    float mx = 0.f;
-#pragma unroll
-    for (int j = 0; j < 8; ++j) mx = fmaxf(mx, fabsf(v[j]));
-    const float sg = fmaxf(halfwarp_max(mx), 1e-10f) / 448.f;  // every lane: the shuffles
-    if (c >= nch) return;
-    float q[8];
-#pragma unroll
-    for (int j = 0; j < 8; ++j) q[j] = round_e4m3_sat(v[j] / sg);
-    store(c, q);
-    if (c % 16 == 0) p.scales[r * p.groups + c / 16] = sg;
-  });
+  warp_row_quant<Op, WPR>(
+      static_cast<const T*>(p.x) + tok * p.ldx, nch, w_on, w_on ? p.topk_w[r] : 1.f, p.quant, s, red,
+      [&](int c, const float (&q)[8]) { dst[c] = p.q_f16 && p.quant != 0 ? pack8<__half>(q) : pack8<T>(q); },
+      [&](int g, float sg) { p.scales[r * p.groups + g] = sg; });
 }
 
 template <class Op>

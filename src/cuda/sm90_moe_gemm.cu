@@ -794,50 +794,10 @@ __global__ void __launch_bounds__(128) sm90_gather_warp_kernel(const Sm90Gather 
     return;
   }
   const int64_t srow = p.by_sorted ? sid / p.row_div : pos;
-  const T* src = static_cast<const T*>(p.x) + srow * p.ldx;
   const bool w_on = p.topk_w != nullptr;
-  const float w = w_on ? p.topk_w[sid] : 1.f;
-  if (p.quant == 0) {
-    warp_row_chunks<Op, WPR>(src, nch, w_on, w, [&](int c, const float (&v)[8]) {
-      if (c < nch) store(c, v);
-    });
-    return;
-  }
-  if (p.quant == 1 || p.quant == 3) {
-    float s;
-    if (p.quant == 3) {
-      s = p.in_scale[p.expert_ids[pos / kBM]];
-    } else {  // first pass: the row's absmax
-      float mx = 0.f;
-      warp_row_chunks<Op, WPR>(src, nch, w_on, w, [&](int, const float (&v)[8]) {
-#pragma unroll
-        for (int j = 0; j < 8; ++j) mx = fmaxf(mx, fabsf(v[j]));
-      });
-      s = fmaxf(row_max<WPR>(mx, red), 1e-10f) / 448.f;
-    }
-    warp_row_chunks<Op, WPR>(src, nch, w_on, w, [&](int c, const float (&v)[8]) {
-      if (c >= nch) return;  // no divisions for absent chunks
-      float q[8];
-#pragma unroll
-      for (int j = 0; j < 8; ++j) q[j] = round_e4m3_sat(v[j] / s);
-      store(c, q);
-    });
-    if (lane == 0) p.scales[static_cast<size_t>(pos) * p.groups] = s;
-    return;
-  }
-  // quant 2: a 128-column group is 16 chunks, held by the 16 lanes of a half-warp (one pass)
-  warp_row_chunks<Op, WPR>(src, nch, w_on, w, [&](int c, const float (&v)[8]) {
-    float mx = 0.f;
-#pragma unroll
-    for (int j = 0; j < 8; ++j) mx = fmaxf(mx, fabsf(v[j]));
-    const float sg = fmaxf(halfwarp_max(mx), 1e-10f) / 448.f;  // every lane: the shuffles
-    if (c >= nch) return;
-    float q[8];
-#pragma unroll
-    for (int j = 0; j < 8; ++j) q[j] = round_e4m3_sat(v[j] / sg);
-    store(c, q);
-    if (c % 16 == 0) p.scales[static_cast<size_t>(pos) * p.groups + c / 16] = sg;
-  });
+  warp_row_quant<Op, WPR>(static_cast<const T*>(p.x) + srow * p.ldx, nch, w_on, w_on ? p.topk_w[sid] : 1.f, p.quant,
+                          p.quant == 3 ? p.in_scale[p.expert_ids[pos / kBM]] : 1.f, red, store,
+                          [&](int g, float sg) { p.scales[static_cast<size_t>(pos) * p.groups + g] = sg; });
 }
 
 // Tiled plain copy (sm90_moe.cuh): one thread per 16 bytes of dst, dst index order

@@ -598,8 +598,9 @@ void launch_act_prep(bool f16, const ActPrep& p, cudaStream_t s) {
       QMOE_CUDA_OK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
     launch_kernel(kern, dim3(static_cast<unsigned>(p.rows)), dim3(256), smem, s, p);
   };
-  // rows in registers where they are 16-byte aligned and fit (kRowU chunks of 8 per thread): as
-  // many threads as chunks up to 1024 (few rows: decode), at least 64
+  // 16-byte-aligned rows: many rows (prefill sizes) a warp or four each (act_prep_warp_kernel),
+  // few rows (decode) a block each with the row in registers (act_prep_vec_kernel, up to kRowU
+  // chunks of 8 per thread); else the shared-row kernel
   const int nch = p.cols / 8;
   if (p.cols % 8 == 0 && p.ldx % 8 == 0 && reinterpret_cast<uintptr_t>(p.x) % 16 == 0 &&
       reinterpret_cast<uintptr_t>(p.a) % 16 == 0 && (nch <= 1024 * kRowU || p.rows > 2 * device_sm_count())) {

@@ -10,6 +10,7 @@
 #include <type_traits>
 
 #include "core/codecs.h"
+#include "cuda/config.h"
 #include "qmoe/error.h"
 
 #define QMOE_CUDA_OK(expr)                                                                       \
@@ -123,6 +124,10 @@ struct F16B : F16 {
   __device__ static uint32_t out_pack(float lo, float hi) { return BF16::pack(lo, hi); }
 };
 template <class Op> constexpr bool kF16Operands = std::is_same_v<Op, F16> || std::is_same_v<Op, F16B>;
+// Operand type of the mma.sync kernels for weights F of a model whose dtype is Op's: fp8 (always
+// W8A8 on CUDA: FP8A16 is refused) runs on fp16 operands, its A rows fp16 values (ActPrep::q_f16).
+template <class Op, WFmt F>
+using OperandOf = std::conditional_t<F == WFmt::kFP8 && std::is_same_v<Op, BF16>, F16B, Op>;
 
 // ---- async copies, ldmatrix, mma ---------------------------------------------------------------
 __device__ __forceinline__ uint32_t smem_u32(const void* p) {
@@ -244,22 +249,22 @@ __device__ __forceinline__ float warp_max(float v) {
   for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;
 }
+// Max over the block (blockDim a multiple of 32, <= 1024); red: 32 floats of shared scratch, not
+// in use by another call in flight. Every thread gets the result.
+__device__ __forceinline__ float block_max(float v, float* red) {
+  v = warp_max(v);
+  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
+  __syncthreads();
+  float r = red[0];
+  for (int i = 1; i < static_cast<int>(blockDim.x >> 5); ++i) r = fmaxf(r, red[i]);
+  return r;
+}
 // max |row[i]| over i < cols for the whole block (blockDim a multiple of 32, <= 1024); red: 32
 // floats of shared scratch. Every thread gets the result.
 __device__ __forceinline__ float block_absmax(const float* row, int cols, float* red) {
-  const int tid = threadIdx.x;
   float mx = 0.f;
-  for (int i = tid; i < cols; i += blockDim.x) mx = fmaxf(mx, fabsf(row[i]));
-  mx = warp_max(mx);
-  if ((tid & 31) == 0) red[tid >> 5] = mx;
-  __syncthreads();
-  if (tid < 32) {
-    float v = tid < static_cast<int>(blockDim.x >> 5) ? red[tid] : 0.f;
-    v = warp_max(v);
-    if (tid == 0) red[0] = v;
-  }
-  __syncthreads();
-  return red[0];
+  for (int i = threadIdx.x; i < cols; i += blockDim.x) mx = fmaxf(mx, fabsf(row[i]));
+  return block_max(mx, red);
 }
 
 // e4m3_satfinite(v): the hardware conversion (RNE, saturate to +-448, NaN kept) is the codec's
@@ -311,16 +316,6 @@ __device__ __forceinline__ void load_row_regs(const typename Op::T* src, int nch
       v[u][j] = f;
     }
   }
-}
-// Max over the block (blockDim a multiple of 32, <= 1024); red: 32 floats of shared scratch, not
-// in use by another call in flight. Every thread gets the result.
-__device__ __forceinline__ float block_max(float v, float* red) {
-  v = warp_max(v);
-  if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
-  __syncthreads();
-  float r = red[0];
-  for (int i = 1; i < static_cast<int>(blockDim.x >> 5); ++i) r = fmaxf(r, red[i]);
-  return r;
 }
 // Max over the 16 lanes of a half-warp (1x128 activation groups of 16 chunks); every lane of the
 // warp must call it.
@@ -439,19 +434,8 @@ __host__ __device__ constexpr int row_warps(int nch) { return nch > 256 ? 4 : 1;
 // Eight values as one 16-byte chunk of 16-bit type T (Op::T, or __half).
 template <class T>
 __device__ __forceinline__ uint4 pack8(const float (&q)[8]) {
-  uint4 o;
-  uint32_t* w = reinterpret_cast<uint32_t*>(&o);
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    if constexpr (std::is_same_v<T, __half>) {
-      __half2 h = __floats2half2_rn(q[2 * j], q[2 * j + 1]);
-      w[j] = *reinterpret_cast<uint32_t*>(&h);
-    } else {
-      __nv_bfloat162 h = __floats2bfloat162_rn(q[2 * j], q[2 * j + 1]);
-      w[j] = *reinterpret_cast<uint32_t*>(&h);
-    }
-  }
-  return o;
+  using P = std::conditional_t<std::is_same_v<T, __half>, F16, BF16>;
+  return make_uint4(P::pack(q[0], q[1]), P::pack(q[2], q[3]), P::pack(q[4], q[5]), P::pack(q[6], q[7]));
 }
 
 // ---- prepared row order -------------------------------------------------------------------------

@@ -1125,8 +1125,7 @@ void launch_fmt(WFmt fmt, int mode, int slab_kt, int max_rows, const GemmParams&
   auto one = [&](auto f, auto m) {
     constexpr WFmt F = decltype(f)::value;
     constexpr int M = decltype(m)::value;
-    // fp8 (always W8A8 here: the CUDA backend refuses FP8A16) of a bf16 model: fp16 operands
-    using O = std::conditional_t<F == WFmt::kFP8 && std::is_same_v<Op, BF16>, F16B, Op>;
+    using O = OperandOf<Op, F>;  // fp8 of a bf16 model: fp16 operands
     if constexpr (SM90 && (R == 8 || F == WFmt::kU4)) launch_one90<O, F, M, R>(slab_kt, max_rows, p, s);
     else if constexpr (SM90) QMOE_CHECK(false, kInternal, "moe_decode90: 16-row M-blocks are int4 only");
     else launch_one<O, F, M>(slab_kt, p, s);
@@ -1203,8 +1202,6 @@ void launch_moe_decode(bool f16, WFmt fmt, int mode, int slab_ktiles, int max_ro
   QMOE_CHECK(!sm90 || decode90_available(), kInternal, "moe_decode: the sm_90 kernel is not available");
   QMOE_CHECK(rows == 8 || (rows == 16 && sm90), kInternal, "moe_decode: ", rows,
              "-row M-blocks need the sm_90 kernel (the register-ring one has 8)");
-  // fp8 of a bf16 model runs on fp16 operands (F16B, launch_fmt): A must hold fp16 values
-  QMOE_CHECK(fmt != WFmt::kFP8 || f16 || p.a_f16, kInternal, "moe_decode: fp8 weights of a bf16 model need fp16 A rows");
   if (f16) {
     if (sm90 && rows == 16) launch_fmt<F16, true, 16>(fmt, mode, slab_ktiles, max_rows, p, s);
     else if (sm90) launch_fmt<F16, true>(fmt, mode, slab_ktiles, max_rows, p, s);

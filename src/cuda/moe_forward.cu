@@ -451,7 +451,8 @@ void run_experts(const DevExperts& ex, const ExpertsPlan& pl, const void* x, con
   const bool f16 = ex.act == DType::kF16;
   const int H = ex.hidden, I = ex.intermediate;
   const int qa = quant_code(ex.act_quant);
-  // fp8 W8A8 of a bf16 model: the quantized activations as fp16 values, fp16 operands (F16B)
+  // fp8 W8A8 of a bf16 model: the quantized activations as fp16 values, the fp8 kernels' fp16
+  // operands (device_common.cuh OperandOf)
   const int a_f16 = (!f16 && ex.fmt == WFmt::kFP8) ? 1 : 0;
   QMOE_CHECK(!a_f16 || (qa >= 1 && qa <= 3), kInternal, "CUDA forward: fp8 weights without fp8 activations");
   // the split-K sums and GEMM2's output start at zero; cleared first so that the kernels after
@@ -497,7 +498,6 @@ void run_experts(const DevExperts& ex, const ExpertsPlan& pl, const void* x, con
   g1.rs_groups = pl.a_groups;
   g1.rs_kchunk = ex.act_quant == ActQuant::kFP8Group128 ? 128 : 0;
   g1.chunk = chunk_of(ex.w13, ex.act_quant);
-  g1.a_f16 = a_f16;
   g1.splits = pl.c1.splits;
   g1.ktiles_per_split = (ex.w13.kp / 64 + pl.c1.splits - 1) / pl.c1.splits;
   g1.stage = 1;
@@ -553,7 +553,6 @@ void run_experts(const DevExperts& ex, const ExpertsPlan& pl, const void* x, con
   g2.rs_groups = pl.h_groups;
   g2.rs_kchunk = ex.act_quant == ActQuant::kFP8Group128 ? 128 : 0;
   g2.chunk = chunk_of(ex.w2, ex.act_quant);
-  g2.a_f16 = a_f16;
   g2.splits = pl.c2.splits;
   g2.ktiles_per_split = (ex.w2.kp / 64 + pl.c2.splits - 1) / pl.c2.splits;
   g2.stage = 2;

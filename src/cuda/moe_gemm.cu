@@ -289,8 +289,7 @@ __global__ void __launch_bounds__(C::kThreads) moe_gemm_kernel(const GemmParams 
 
 template <class Op0, class C, WFmt F, int MODE>
 void launch_one(const GemmParams& p, cudaStream_t s) {
-  // fp8 (always W8A8 here: the CUDA backend refuses FP8A16) of a bf16 model: fp16 operands
-  using Op = std::conditional_t<F == WFmt::kFP8 && std::is_same_v<Op0, BF16>, F16B, Op0>;
+  using Op = OperandOf<Op0, F>;  // fp8 of a bf16 model: fp16 operands
   constexpr int smem = smem_bytes<C, F>();
   auto kern = moe_gemm_kernel<Op, C, F, MODE>;
   static bool attr_set = false;  // per instantiation; benign if two threads race (same value)
@@ -346,8 +345,6 @@ int tile_bn_for(Tile tile, WFmt fmt) {
 
 void launch_moe_gemm(bool f16, WFmt fmt, int mode, Tile tile, const GemmParams& p, cudaStream_t s) {
   if (fmt == WFmt::kNV4 || fmt == WFmt::kMX4) return launch_moe_gemm_fp4(f16, fmt, tile, p, s);  // backend II
-  // fp8 of a bf16 model runs on fp16 operands (F16B, launch_one): A must hold fp16 values
-  QMOE_CHECK(fmt != WFmt::kFP8 || f16 || p.a_f16, kInternal, "moe_gemm: fp8 weights of a bf16 model need fp16 A rows");
   if (f16) launch_tile<F16>(fmt, mode, tile, p, s);
   else launch_tile<BF16>(fmt, mode, tile, p, s);
 }

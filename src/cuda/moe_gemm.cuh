@@ -13,7 +13,8 @@ namespace qmoe::cuda {
 
 struct GemmParams {
   // rows
-  const void* a = nullptr;          // A [rows][lda], operand dtype
+  const void* a = nullptr;          // A [rows][lda], operand dtype (fp8 weights: fp16 values whatever
+                                    // the model dtype, device_common.cuh OperandOf)
   int lda = 0;
   int a_row_div = 1;                // A row = sorted_id / a_row_div
   const int32_t* sorted_ids = nullptr;
@@ -35,10 +36,6 @@ struct GemmParams {
   int rs_groups = 1, rs_kchunk = 0; // rs_kchunk: k-columns per row-scale group (0 = whole row)
   const float* in_scale = nullptr;  // fp8 static: one scale per expert (A quantized with it)
   int chunk = 1 << 30;              // accumulation chunk along K (multiple of 16)
-  // A holds fp16 values although the model dtype is bf16: fp8 W8A8, whose quantized activations
-  // are exact in fp16 (ActPrep::q_f16); the fp8 kernels run on fp16 operands (device_common.cuh
-  // F16B) and require it
-  int a_f16 = 0;
   int ids_ready = 0;               // expert ids / num_post complete before pdl_wait (decode90 streams early)
   int splits = 1, ktiles_per_split = 0;
   // epilogue

@@ -330,6 +330,11 @@ __global__ void align_scatter_kernel(const int32_t* __restrict__ ids, int numel,
 }
 
 // ---- activation preparation / quantization --------------------------------------------------------
+// One 16-byte chunk of an A row: values of the operand dtype, quantized values as fp16 with q_f16.
+template <class T>
+__device__ __forceinline__ uint4 act_chunk(const ActPrep& p, const float (&q)[8]) {
+  return p.q_f16 && p.quant != 0 ? pack8<__half>(q) : pack8<T>(q);
+}
 // Local expert of slot r (static per-tensor scales are per expert), -1 for another rank's expert.
 __device__ __forceinline__ int slot_expert(const ActPrep& p, int64_t r) {
   if (p.topk_ids == nullptr) return 0;
@@ -419,7 +424,7 @@ __global__ void act_prep_vec_kernel(const ActPrep p) {
   uint4* dst = reinterpret_cast<uint4*>(static_cast<T*>(p.a) + r * p.cols);  // 16-bit either way
   auto store = [&](int u, const float (&q)[8]) {
     const int c = threadIdx.x + u * blockDim.x;
-    if (c < nch) dst[c] = p.q_f16 && p.quant != 0 ? pack8<__half>(q) : pack8<T>(q);
+    if (c < nch) dst[c] = act_chunk<T>(p, q);
   };
   if (p.quant == 0) {
 #pragma unroll
@@ -483,7 +488,7 @@ __global__ void __launch_bounds__(128) act_prep_warp_kernel(const ActPrep p) {
   uint4* dst = reinterpret_cast<uint4*>(static_cast<T*>(p.a) + r * p.cols);  // 16-bit either way
   warp_row_quant<Op, WPR>(
       static_cast<const T*>(p.x) + tok * p.ldx, nch, w_on, w_on ? p.topk_w[r] : 1.f, p.quant, s, red,
-      [&](int c, const float (&q)[8]) { dst[c] = p.q_f16 && p.quant != 0 ? pack8<__half>(q) : pack8<T>(q); },
+      [&](int c, const float (&q)[8]) { dst[c] = act_chunk<T>(p, q); },
       [&](int g, float sg) { p.scales[r * p.groups + g] = sg; });
 }
 

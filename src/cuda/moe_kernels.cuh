@@ -46,7 +46,7 @@ struct ActPrep {
   float* scales = nullptr;            // [rows][groups]
   int groups = 1;
   // quant 1..3: write the quantized values as fp16 whatever the model dtype (exact: e4m3 values
-  // lie in fp16's normal range), for the fp8 kernels' fp16 operands (moe_gemm.cuh a_f16)
+  // lie in fp16's normal range), for the fp8 kernels' fp16 operands (device_common.cuh OperandOf)
   int q_f16 = 0;
 };
 void launch_act_prep(bool f16, const ActPrep& p, cudaStream_t s);

@@ -603,8 +603,10 @@ __global__ void __launch_bounds__(kThreads90, dec90_min_blocks<F, MODE, R>())
   const int ntiles = p.np / kDecodeTileN;
   const int nmb = min(p.max_blocks, (*p.num_post + R - 1) / R);
   const int total = nmb * ntiles;
-  const int per = (total + gridDim.x - 1) / gridDim.x;
-  const int item0 = blockIdx.x * per, item1 = min(total, item0 + per);
+  // an even split (shares differ by at most one item): ceil(total / blocks) per block left the
+  // last blocks empty (ncu, mixtral-8x7b fp8 M = 1 GEMM1: 37 of 396 blocks without an item)
+  const int item0 = static_cast<int>(static_cast<int64_t>(blockIdx.x) * total / gridDim.x);
+  const int item1 = static_cast<int>(static_cast<int64_t>(blockIdx.x + 1) * total / gridDim.x);
   if (item0 >= item1) {
     pdl_wait();
     return;

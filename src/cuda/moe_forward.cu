@@ -94,6 +94,18 @@ int mode_of(const DevProj& pr, ActQuant aq) {
 // Hopper path (sm90_moe.cuh) from this many rows per touched expert on (where the 16-row mma.sync
 // tile stops; measured on the H200: mixtral-8x7b M = 256, 64 rows per expert, bf16 1494 -> 893 us,
 // fp8 1561 -> 695 us); QMOE_CUDA_WGMMA_MIN_ROWS overrides it for measurements.
+// 64-row M-blocks on the Hopper path (16-bit and fp8 weights) for `rows` expected rows per expert:
+// 128-row blocks there multiply mostly padding, while an expert past 64 rows streams its weights
+// twice. Measured on the H200 (docs/perf.md, eighth session), against 128-row blocks: 32 rows
+// per expert 1.13-1.30x (deepseek-v3 / gpt-oss-120b M = 1024, bf16 and fp8); 64 rows 1.09-1.11x
+// with 128 experts (qwen3-30b-a3b M = 1024) but 0.91-0.94x with 8 / 16 (mixtral-8x7b M = 256,
+// llama4-scout M = 1024). QMOE_CUDA_WG64_MAX_ROWS=v replaces the rule by rows <= v (0: never).
+bool wgmma_rows64(int64_t rows, int num_experts) {
+  static const int v = std::getenv("QMOE_CUDA_WG64_MAX_ROWS") ? std::max(0, std::atoi(std::getenv("QMOE_CUDA_WG64_MAX_ROWS"))) : -1;
+  if (v >= 0) return rows <= v;
+  return rows <= 40 || (rows <= 64 && num_experts >= 64);
+}
+
 int wgmma_min_rows() {
   static const int v = std::getenv("QMOE_CUDA_WGMMA_MIN_ROWS") ? std::max(1, std::atoi(std::getenv("QMOE_CUDA_WGMMA_MIN_ROWS"))) : 17;
   return v;
@@ -197,9 +209,10 @@ struct ExpertsPlan {
     top_k = top_k_;
     numel = m * top_k;
     const int sms = device_sm_count();
+    int64_t rows_per_expert = 1;
     {
       const int64_t touched = std::min<int64_t>(numel, ex.num_experts);
-      const int64_t rows_per_expert = (numel + touched - 1) / std::max<int64_t>(touched, 1);
+      rows_per_expert = (numel + touched - 1) / std::max<int64_t>(touched, 1);
       // fp4 units from 33 rows: at 32 rows per expert the wq kernel measured 2-6% slower than the
       // mma.sync fp4 kernel (deepseek-v3 NVFP4A16 M = 1024 7018 vs 6886 us), at 64 rows 1.4-1.6x faster
       const bool fp4 = ex.fmt == WFmt::kNV4 || ex.fmt == WFmt::kMX4;
@@ -207,7 +220,7 @@ struct ExpertsPlan {
     }
     if (wg) {
       const Sm90Operands op(ex);
-      bm = 128;
+      bm = (!op.wq && !op.i8 && wgmma_rows64(rows_per_expert, ex.num_experts)) ? 64 : 128;
       cap = align_capacity(static_cast<int>(numel), ex.num_experts, bm);
       sorted = cv.take<int32_t>(cap);
       eids = cv.take<int32_t>(cap / bm);
@@ -340,6 +353,18 @@ void fill_gemm_common(GemmParams& g, const DevProj& pr, const ExpertsPlan& pl, i
   g.bias = pr.bias.as<float>();
 }
 
+// QMOE_CUDA_SYNC_CHECK=1 (diagnostics): after each kernel of the forward (outside stream capture)
+// waits for it and names it in the error, so an asynchronous failure points at its kernel.
+void sync_check(cudaStream_t s, const char* what) {
+  static const bool on = std::getenv("QMOE_CUDA_SYNC_CHECK") && std::getenv("QMOE_CUDA_SYNC_CHECK")[0] == '1';
+  if (!on) return;
+  cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+  QMOE_CUDA_OK(cudaStreamIsCapturing(s, &st));
+  if (st != cudaStreamCaptureStatusNone) return;
+  const cudaError_t e = cudaStreamSynchronize(s);
+  QMOE_CHECK(e == cudaSuccess, kInternal, "CUDA error ", cudaGetErrorString(e), " in ", what);
+}
+
 // The Hopper path of run_experts (sm90_moe.cuh): gather (+ fp8 quantization) -> wgmma GEMM1 +
 // activation -> (fp8 quantization of h) -> wgmma GEMM2 + router weight.
 void run_experts_sm90(const DevExperts& ex, const ExpertsPlan& pl, const void* x, const float* topk_w,
@@ -352,6 +377,7 @@ void run_experts_sm90(const DevExperts& ex, const ExpertsPlan& pl, const void* x
   const int qa = quant ? quant_code(ex.act_quant) : 0;
   launch_align(topk_ids, static_cast<int>(pl.numel), emap, ex.num_experts, pl.bm, pl.cap, pl.sorted, pl.eids,
                pl.npost, pl.hist, s);
+  sync_check(s, "align (Hopper path)");
   Sm90Gather g;
   g.x = x;
   g.ldx = H;
@@ -361,6 +387,7 @@ void run_experts_sm90(const DevExperts& ex, const ExpertsPlan& pl, const void* x
   g.topk_w = on_input ? topk_w : nullptr;
   g.sorted_ids = pl.sorted;
   g.expert_ids = pl.eids;
+  g.block = pl.bm;
   g.num_post = pl.npost;
   g.numel = static_cast<int>(pl.numel);
   g.rows = pl.cap;
@@ -372,9 +399,11 @@ void run_experts_sm90(const DevExperts& ex, const ExpertsPlan& pl, const void* x
   g.scales = pl.a_scale;
   g.groups = pl.a_groups;
   launch_sm90_gather(f16, g, s);
+  sync_check(s, "sm90_gather of x");
 
   auto common = [&](Sm90Gemm& q, const DevProj& pr) {
     q.a_rows = pl.cap;
+    q.block = pl.bm;
     q.sorted_ids = pl.sorted;
     q.expert_ids = pl.eids;
     q.num_post = pl.npost;
@@ -401,6 +430,7 @@ void run_experts_sm90(const DevExperts& ex, const ExpertsPlan& pl, const void* x
   auto launch = [&](const Sm90Gemm& q) {
     if (wq) launch_sm90_wq_gemm(f16, ex.fmt, q, s);
     else launch_sm90_gemm(f16, kind, q, s);
+    sync_check(s, q.stage == 1 ? "sm90 GEMM1" : "sm90 GEMM2");
   };
   Sm90Gemm g1;
   common(g1, ex.w13);
@@ -428,6 +458,7 @@ void run_experts_sm90(const DevExperts& ex, const ExpertsPlan& pl, const void* x
     q.scales = pl.h_scale;
     q.groups = pl.h_groups;
     launch_sm90_gather(f16, q, s);
+    sync_check(s, "sm90_gather of h");
     a2 = pl.hsq;
   }
   Sm90Gemm g2;
@@ -593,12 +624,15 @@ void forward(const DevExperts& ex, const DevExperts* shared, const ForwardArgs& 
     run_experts(*shared, p.shared, a.x, nullptr, p.zero_ids, nullptr, false, s);
   }
   launch_reduce(ex.act == DType::kF16, p.routed.o, shared ? p.shared.o : nullptr, a.m, a.top_k, ex.hidden, a.y, s);
+  sync_check(s, "reduce");
 }
 
 std::string forward_kernels(const DevExperts& ex, int64_t m, int top_k) {
   Plan p;
   p.make(ex, nullptr, m, top_k, false, nullptr);
-  if (p.routed.wg) return str(ex.method, " gemm1=sm90-wgmma gemm2=sm90-wgmma");
+  if (p.routed.wg)
+    return p.routed.bm == 64 ? str(ex.method, " gemm1=sm90-wgmma64 gemm2=sm90-wgmma64")
+                             : str(ex.method, " gemm1=sm90-wgmma gemm2=sm90-wgmma");
   if (p.routed.dec)
     return str(ex.method, " gemm1=", p.routed.dec90_1 ? "decode90" : "decode", p.routed.dec_r == 16 ? "r16" : "",
                "/split", p.routed.c1.splits, " gemm2=", p.routed.dec90_2 ? "decode90" : "decode",

@@ -26,7 +26,9 @@ struct Sm90Gemm {
   int a_rows = 0;                   // rows A holds (the align capacity)
   const float* row_scale = nullptr; // fp8: [rows][rs_groups] by sorted position
   int rs_groups = 1;
-  // routing blocks (moe_align, block 128)
+  // routing blocks (moe_align, block `block`: 128, or 64 for 16-bit / fp8 weights with few rows per
+  // expert; the quantized-weight kernel takes 128 only)
+  int block = 128;
   const int32_t* sorted_ids = nullptr;
   const int32_t* expert_ids = nullptr;
   const int32_t* num_post = nullptr;
@@ -59,7 +61,8 @@ struct Sm90Gather {
   int row_div = 1;
   const float* topk_w = nullptr;    // weight on input (Llama 4), by slot; null = none
   const int32_t* sorted_ids = nullptr;
-  const int32_t* expert_ids = nullptr;  // block 128
+  const int32_t* expert_ids = nullptr;  // align block `block` (as Sm90Gemm::block)
+  int block = 128;
   const int32_t* num_post = nullptr;
   int numel = 0;
   int rows = 0;                     // positions (grid)

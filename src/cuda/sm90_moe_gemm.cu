@@ -39,7 +39,10 @@ using namespace dev;
 constexpr int kBM = 128;
 constexpr int kGroupM = 8;
 
-template <bool FP8>
+// BM = 128: each consumer warpgroup multiplies 64 of the rows by all BN columns; BM = 64 (few rows
+// per expert, where 128-row M-blocks were half padding): both warpgroups multiply the 64 rows, each
+// by half of the BN columns (m64n128 HGMMA / m64n64 QGMMA), so a weight tile still streams once.
+template <bool FP8, int BM = kBM>
 struct Sm90Cfg {
   // fp8 keeps 64 k-block partials beside the 64 accumulators, so its tile is n128 (n256 as two
   // sequential n128 halves measured 20-27% slower at M = 4096 on the H200). An fp8 stage holds
@@ -49,11 +52,12 @@ struct Sm90Cfg {
   static constexpr int KH = FP8 ? 2 : 1;             // 128-byte k boxes per stage
   static constexpr int BK = FP8 ? 256 : 64;          // elements per stage
   static constexpr int STAGES = FP8 ? 3 : 4;
-  static constexpr int A_ST = KH * kBM * 128;        // bytes per stage
+  static constexpr int A_ST = KH * BM * 128;         // bytes per stage
   static constexpr int B_ST = KH * BN * 128;
-  static constexpr int NACC = BN / 2;                 // fp32 accumulators per thread (64 rows / 128 threads)
+  static constexpr int WN = BM == kBM ? BN : BN / 2;  // columns of one consumer warpgroup
+  static constexpr int NACC = WN / 2;                 // fp32 accumulators per thread (64 rows x WN / 128 threads)
   // + barriers, the tile's column / row scales (fp8, INT8) and bias, alignment
-  static constexpr int SMEM = STAGES * (A_ST + B_ST) + 2 * STAGES * 8 + (2 * BN + kBM) * 4 + 1024;
+  static constexpr int SMEM = STAGES * (A_ST + B_ST) + 2 * STAGES * 8 + (2 * BN + BM) * 4 + 1024;
 };
 
 // ---- PTX helpers (sm_90) -------------------------------------------------------------------------
@@ -86,13 +90,14 @@ __device__ __forceinline__ void setmaxnreg_dec() {
 }
 #endif
 
-template <class Op, bool FP8, bool I8 = false>  // I8: byte operands as signed int8 (IGMMA)
+template <class Op, bool FP8, bool I8 = false, int BM = kBM>  // I8: byte operands as signed int8 (IGMMA)
 __global__ void __launch_bounds__(384, 1)
     sm90_moe_gemm_kernel(const __grid_constant__ CUtensorMap tma_a, const __grid_constant__ CUtensorMap tma_b,
                          const Sm90Gemm p) {
 #if QMOE_SM90A
-  using C = Sm90Cfg<FP8>;
-  constexpr int BN = C::BN, BK = C::BK, STAGES = C::STAGES, NACC = C::NACC;
+  using C = Sm90Cfg<FP8, BM>;
+  constexpr int BN = C::BN, BK = C::BK, STAGES = C::STAGES, NACC = C::NACC, WN = C::WN;
+  static_assert(BM == kBM || (BM == 64 && !I8), "64-row M-blocks: 16-bit and fp8 only");
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
   uint8_t* sA = smem;
@@ -105,7 +110,7 @@ __global__ void __launch_bounds__(384, 1)
   const int L = blockIdx.x;
   const int group = L / (kGroupM * ntn), rem = L % (kGroupM * ntn);
   const int nb = rem / kGroupM, mb = group * kGroupM + rem % kGroupM;
-  if (mb >= p.max_blocks || mb * kBM >= *p.num_post) return;
+  if (mb >= p.max_blocks || mb * BM >= *p.num_post) return;
   const int e = p.expert_ids[mb];
   if (e < 0) return;  // expert of another rank: its slots stay zero (pre-cleared)
 
@@ -134,7 +139,7 @@ __global__ void __launch_bounds__(384, 1)
 #pragma unroll
         for (int h = 0; h < C::KH; ++h) {
           const int kt = kb * C::KH + h;  // 128-byte k tile
-          tma_load_2d(sA + s * C::A_ST + h * kBM * 128, &tma_a, &full[s], kt * (BK / C::KH), mb * kBM);
+          tma_load_2d(sA + s * C::A_ST + h * BM * 128, &tma_a, &full[s], kt * (BK / C::KH), mb * BM);
           tma_load_2d(sB + s * C::B_ST + h * BN * 128, &tma_b, &full[s], 0,
                       ((e * w_nt + nb * BN / 256) * w_kt + kt) * 256 + nb * BN % 256);
         }
@@ -144,14 +149,16 @@ __global__ void __launch_bounds__(384, 1)
   }
 
   setmaxnreg_inc<232>();
-  const int cw = wg - 1;  // rows cw * 64 .. + 63 of the tile
+  const int cw = wg - 1;  // BM 128: rows cw * 64 .. + 63 of the tile; BM 64: columns cw * WN .. + WN - 1
   const int warp = tid >> 5, lane = tid & 31;
+  const int rw = BM == kBM ? cw * 64 : 0;   // the warpgroup's first row in the tile
+  const int cn = BM == kBM ? 0 : cw * WN;   // ... and first column
   float acc[NACC];
 #pragma unroll
   for (int i = 0; i < NACC; ++i) acc[i] = 0.f;
 
   // fp8 scales: rows r0, r0 + 8 of this thread; columns nb * BN + 8 j + 2 (lane & 3) + {0, 1}
-  const int row_base = mb * kBM + cw * 64 + warp * 16 + (lane >> 2);
+  const int row_base = mb * BM + rw + warp * 16 + (lane >> 2);
   float rs[2] = {1.f, 1.f};
   auto load_rs = [&](int g) {
 #pragma unroll
@@ -169,14 +176,15 @@ __global__ void __launch_bounds__(384, 1)
   // (loaded in the epilogue they were about a third of its stall samples; the epilogue was 36% of
   // the kernel's: ncu, mixtral-8x7b fp8 M = 4096 GEMM1).
   float* s_cs = reinterpret_cast<float*>(empty + STAGES);  // [BN]
-  float* s_rs = s_cs + BN;                                   // [kBM]
-  float* s_bias = s_rs + kBM;  // [BN]: stage 1 the tile's BN / 2 gate then up biases, stage 2 its columns'
+  float* s_rs = s_cs + BN;                                   // [BM]
+  float* s_bias = s_rs + BM;  // [BN]: stage 1 the tile's BN / 2 gate then up biases, stage 2 its columns'
   const bool staged = FP8 && !chunked;
   if (staged) {
-    static_assert(!FP8 || BN + kBM == 256, "one staged scale per consumer thread");
+    static_assert(!FP8 || BN + BM <= 256, "one staged scale per consumer thread");
     const int t = threadIdx.x - 128;
     if (t < BN) s_cs[t] = col_scale(nb * BN + t, 0);
-    else s_rs[t - BN] = p.row_scale != nullptr ? p.row_scale[static_cast<size_t>(mb * kBM + t - BN) * p.rs_groups] : 1.f;
+    else if (t < BN + BM)
+      s_rs[t - BN] = p.row_scale != nullptr ? p.row_scale[static_cast<size_t>(mb * BM + t - BN) * p.rs_groups] : 1.f;
   }
   if (p.bias != nullptr) {
     for (int t = threadIdx.x - 128; t < BN; t += 256) {
@@ -195,12 +203,12 @@ __global__ void __launch_bounds__(384, 1)
     named_bar_sync(1, 256);  // the consumer warpgroups' staged scales
     float r[2];
 #pragma unroll
-    for (int h = 0; h < 2; ++h) r[h] = s_rs[cw * 64 + warp * 16 + (lane >> 2) + h * 8];
+    for (int h = 0; h < 2; ++h) r[h] = s_rs[rw + warp * 16 + (lane >> 2) + h * 8];
 #pragma unroll
     for (int j = 0; j < NACC / 4; ++j)
 #pragma unroll
       for (int e2 = 0; e2 < 2; ++e2) {
-        const float cs = s_cs[8 * j + 2 * (lane & 3) + e2];
+        const float cs = s_cs[cn + 8 * j + 2 * (lane & 3) + e2];
 #pragma unroll
         for (int h = 0; h < 2; ++h) f(j * 4 + h * 2 + e2, cs, r[h]);
       }
@@ -212,7 +220,7 @@ __global__ void __launch_bounds__(384, 1)
       const int s = kb % STAGES;
       mbar_wait(&full[s], (kb / STAGES) & 1);
       wgmma_fence();
-      issue(sA + s * C::A_ST + cw * 64 * 128, sB + s * C::B_ST);
+      issue(sA + s * C::A_ST + rw * 128, sB + s * C::B_ST + cn * 128);
       wgmma_commit();
       wgmma_wait0();
       if (lane == 0) mbar_arrive(&empty[s]);
@@ -230,7 +238,7 @@ __global__ void __launch_bounds__(384, 1)
       for (int h = 0; h < C::KH; ++h)
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk)
-          wgmma_n128_s8(iacc, smem_desc(a_st + h * kBM * 128 + kk * 32), smem_desc(b_st + h * BN * 128 + kk * 32), 1);
+          wgmma_n128_s8(iacc, smem_desc(a_st + h * BM * 128 + kk * 32), smem_desc(b_st + h * BN * 128 + kk * 32), 1);
     }, [](int) {});
     each_scale([&](int i, float cs, float r) { acc[i] = (static_cast<float>(iacc[i]) * cs) * r; });
   } else if constexpr (FP8) {
@@ -245,7 +253,7 @@ __global__ void __launch_bounds__(384, 1)
         for (int j = 0; j < NACC / 4; ++j)
 #pragma unroll
           for (int e2 = 0; e2 < 2; ++e2) {
-            const float cs = col_scale(nb * BN + 8 * j + 2 * (lane & 3) + e2, gw);
+            const float cs = col_scale(nb * BN + cn + 8 * j + 2 * (lane & 3) + e2, gw);
 #pragma unroll
             for (int h = 0; h < 2; ++h) acc[j * 4 + h * 2 + e2] += t[j * 4 + h * 2 + e2] * (rs[h] * cs);
           }
@@ -254,12 +262,17 @@ __global__ void __launch_bounds__(384, 1)
         for (int i = 0; i < NACC; ++i) acc[i] += t[i];
       }
     };
+    // QGMMA m64 x WN (n128, or n64 for 64-row M-blocks)
+    auto qmma = [&](float (&t)[NACC], uint64_t da, uint64_t db, int sd) {
+      if constexpr (WN == 128) wgmma_n128_e4m3(t, da, db, sd);
+      else wgmma_n64_e4m3(t, da, db, sd);
+    };
     byte_kloop([&](const uint8_t* a_st, const uint8_t* b_st) {
 #pragma unroll
-      for (int kk = 0; kk < 4; ++kk) wgmma_n128_e4m3(tmp0, smem_desc(a_st + kk * 32), smem_desc(b_st + kk * 32), kk);
+      for (int kk = 0; kk < 4; ++kk) qmma(tmp0, smem_desc(a_st + kk * 32), smem_desc(b_st + kk * 32), kk);
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk)
-        wgmma_n128_e4m3(tmp1, smem_desc(a_st + kBM * 128 + kk * 32), smem_desc(b_st + BN * 128 + kk * 32), kk);
+        qmma(tmp1, smem_desc(a_st + BM * 128 + kk * 32), smem_desc(b_st + BN * 128 + kk * 32), kk);
     }, [&](int kb) {
       promote(tmp0, kb * BK);
       promote(tmp1, kb * BK + 128);
@@ -269,15 +282,19 @@ __global__ void __launch_bounds__(384, 1)
     for (int kb = 0; kb < nk; ++kb) {
       const int s = kb % STAGES;
       mbar_wait(&full[s], (kb / STAGES) & 1);
-      const uint8_t* a_st = sA + s * C::A_ST + cw * 64 * 128;
-      const uint8_t* b_st = sB + s * C::B_ST;
+      const uint8_t* a_st = sA + s * C::A_ST + rw * 128;
+      const uint8_t* b_st = sB + s * C::B_ST + cn * 128;
       wgmma_fence();
 #pragma unroll
       for (int kk = 0; kk < 4; ++kk) {
-        if constexpr (std::is_same_v<Op, BF16>)
-          wgmma_n256_bf16(acc, smem_desc(a_st + kk * 32), smem_desc(b_st + kk * 32), 1);
-        else
-          wgmma_n256_f16(acc, smem_desc(a_st + kk * 32), smem_desc(b_st + kk * 32), 1);
+        const uint64_t da = smem_desc(a_st + kk * 32), db = smem_desc(b_st + kk * 32);
+        if constexpr (WN == 256) {
+          if constexpr (std::is_same_v<Op, BF16>) wgmma_n256_bf16(acc, da, db, 1);
+          else wgmma_n256_f16(acc, da, db, 1);
+        } else {
+          if constexpr (std::is_same_v<Op, BF16>) wgmma_n128_bf16(acc, da, db, 1);
+          else wgmma_n128_f16(acc, da, db, 1);
+        }
       }
       wgmma_commit();
       // k-block kb's HGMMAs stay in flight while the next stage is awaited; kb - 1's are done
@@ -299,7 +316,7 @@ __global__ void __launch_bounds__(384, 1)
       T* hrow = static_cast<T*>(p.out) + static_cast<size_t>(pos) * p.ldo;
 #pragma unroll
       for (int q = 0; q < NACC / 8; ++q) {
-        const int tile = nb * (BN / 16) + q;
+        const int tile = nb * (BN / 16) + cn / 16 + q;
         const int i = tile * 8 + 2 * (lane & 3);
         if (i >= p.half) continue;
         float hv[2];
@@ -307,7 +324,7 @@ __global__ void __launch_bounds__(384, 1)
         for (int e2 = 0; e2 < 2; ++e2) {
           float g = acc[(2 * q) * 4 + h * 2 + e2], u = acc[(2 * q + 1) * 4 + h * 2 + e2];
           if (p.bias != nullptr) {
-            const int c = q * 8 + 2 * (lane & 3) + e2;  // the tile's intermediate column i + e2
+            const int c = cn / 2 + q * 8 + 2 * (lane & 3) + e2;  // the tile's intermediate column i + e2
             g += s_bias[c];
             u += s_bias[BN / 2 + c];
           }
@@ -321,7 +338,7 @@ __global__ void __launch_bounds__(384, 1)
       float* orow = static_cast<float*>(p.out) + static_cast<size_t>(sid) * p.ldo;
 #pragma unroll
       for (int j = 0; j < NACC / 4; ++j) {
-        const int n = nb * BN + 8 * j + 2 * (lane & 3);
+        const int n = nb * BN + cn + 8 * j + 2 * (lane & 3);
         if (n >= p.n) continue;
         float v0 = acc[j * 4 + h * 2], v1 = acc[j * 4 + h * 2 + 1];
         if (p.bias != nullptr) {
@@ -716,7 +733,7 @@ __global__ void __launch_bounds__(128) sm90_gather_kernel(const Sm90Gather p) {
   if (p.quant == 3 || p.quant == 1) {
     float s;
     if (p.quant == 3) {
-      s = p.in_scale[p.expert_ids[pos / kBM]];
+      s = p.in_scale[p.expert_ids[pos / p.block]];
     } else {
       float mx = 0.f;
       for (int i = tid; i < p.cols; i += 128) mx = fmaxf(mx, fabsf(val(i)));
@@ -743,7 +760,7 @@ __global__ void __launch_bounds__(128) sm90_gather_kernel(const Sm90Gather p) {
     return;
   }
   if (p.quant == 5) {  // NVFP4 per 16, as act_prep_q: 16 consecutive lanes hold one block
-    const float G = 1.f / p.in_scale[p.expert_ids[pos / kBM]];
+    const float G = 1.f / p.in_scale[p.expert_ids[pos / p.block]];
     const float inv_G = 1.f / G;
     for (int base = 0; base < p.cols; base += 128) {
       const int i = base + tid;
@@ -796,7 +813,7 @@ __global__ void __launch_bounds__(128) sm90_gather_warp_kernel(const Sm90Gather 
   const int64_t srow = p.by_sorted ? sid / p.row_div : pos;
   const bool w_on = p.topk_w != nullptr;
   warp_row_quant<Op, WPR>(static_cast<const T*>(p.x) + srow * p.ldx, nch, w_on, w_on ? p.topk_w[sid] : 1.f, p.quant,
-                          p.quant == 3 ? p.in_scale[p.expert_ids[pos / kBM]] : 1.f, red, store,
+                          p.quant == 3 ? p.in_scale[p.expert_ids[pos / p.block]] : 1.f, red, store,
                           [&](int g, float sg) { p.scales[static_cast<size_t>(pos) * p.groups + g] = sg; });
 }
 
@@ -869,14 +886,14 @@ CUtensorMap make_map(const void* base, bool byte_elems, int k, int rows, int64_t
   return m;
 }
 
-template <class Op, bool FP8, bool I8 = false>
+template <class Op, bool FP8, bool I8 = false, int BM = kBM>
 void launch_gemm(const Sm90Gemm& p, cudaStream_t s) {
-  using C = Sm90Cfg<FP8>;
-  auto kern = sm90_moe_gemm_kernel<Op, FP8, I8>;
+  using C = Sm90Cfg<FP8, BM>;
+  auto kern = sm90_moe_gemm_kernel<Op, FP8, I8, BM>;
   static std::once_flag once;
   std::call_once(once, [&] { QMOE_CUDA_OK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM)); });
   const int esz = FP8 ? 1 : 2;
-  const CUtensorMap ma = make_map(p.a, FP8, p.k, p.a_rows, static_cast<int64_t>(p.a_pitch) * esz, kBM);
+  const CUtensorMap ma = make_map(p.a, FP8, p.k, p.a_rows, static_cast<int64_t>(p.a_pitch) * esz, BM);
   const int64_t wrows = static_cast<int64_t>(p.num_experts) * sm90_plain_nt(p.np) * sm90_plain_kt(p.kp, FP8 ? 8 : 16) * 256;
   QMOE_CHECK(wrows < (int64_t(1) << 31), kUnsupported, "CUDA Hopper path: ", wrows, " weight rows exceed a tensor map");
   const CUtensorMap mb = make_map(p.w, FP8, 128 / esz, static_cast<int>(wrows), 128, C::BN);
@@ -939,6 +956,7 @@ bool sm90_supports(WFmt fmt, int mode, int chunk) {
 void launch_sm90_wq_gemm(bool f16, WFmt fmt, const Sm90Gemm& p, cudaStream_t s) {
   QMOE_CHECK(fmt == WFmt::kU4 || fmt == WFmt::kU8 || fmt == WFmt::kNV4 || fmt == WFmt::kMX4, kInternal,
              "sm90 wq GEMM: format ", static_cast<int>(fmt));
+  QMOE_CHECK(p.block == kBM, kInternal, "sm90 wq GEMM: M-blocks of ", p.block, " rows (128 only)");
   const bool ch = p.chunk >= p.kp;  // channel scales (or one group covering all of K)
   if (fmt == WFmt::kNV4) {  // block scales in the operands: always the channel loop
     if (f16) launch_wq<F16, WFmt::kNV4, true>(p, s);
@@ -956,15 +974,18 @@ void launch_sm90_wq_gemm(bool f16, WFmt fmt, const Sm90Gemm& p, cudaStream_t s) 
 }
 
 void launch_sm90_gemm(bool f16, int kind, const Sm90Gemm& p, cudaStream_t s) {
+  QMOE_CHECK(p.block == kBM || (p.block == 64 && kind != 2), kInternal, "sm90 GEMM: M-blocks of ", p.block,
+             " rows for kind ", kind);
+  const bool b64 = p.block == 64;
   if (kind == 2) {
     if (f16) launch_gemm<F16, true, true>(p, s);
     else launch_gemm<BF16, true, true>(p, s);
   } else if (kind == 1) {
-    if (f16) launch_gemm<F16, true>(p, s);
-    else launch_gemm<BF16, true>(p, s);
+    if (f16) b64 ? launch_gemm<F16, true, false, 64>(p, s) : launch_gemm<F16, true>(p, s);
+    else b64 ? launch_gemm<BF16, true, false, 64>(p, s) : launch_gemm<BF16, true>(p, s);
   } else {
-    if (f16) launch_gemm<F16, false>(p, s);
-    else launch_gemm<BF16, false>(p, s);
+    if (f16) b64 ? launch_gemm<F16, false, false, 64>(p, s) : launch_gemm<F16, false>(p, s);
+    else b64 ? launch_gemm<BF16, false, false, 64>(p, s) : launch_gemm<BF16, false>(p, s);
   }
 }
 

@@ -208,7 +208,7 @@ TEST(CudaMoeEdges, Llama4WeightOnInputWithSharedExpert) {
     cuda::DevExperts ex = cuda::prepare(w, Activation::kSiluMul);
     cuda::DevExperts dsh = cuda::prepare(sh, Activation::kSiluMul);
     MoeConfig cfg = config(E, 1, Activation::kSiluMul, true);
-    for (int64_t m : {1, 16, 1500}) {
+    for (int64_t m : {1, 16, 400, 1500}) {  // 400: 25 rows per expert (64-row Hopper M-blocks)
       Tensor x = test::random_tensor(w.act_dtype, {m, H}, 13 + m);
       Routing r = random_routing(m, 1, E, 14 + m);
       Tensor want = ref::reference_forward_routed(w, cfg, &sh, x, r.w, r.ids);
@@ -316,6 +316,11 @@ TEST(CudaSm90, PrefillPathIsTakenAndMatchesReference) {
     ExpertWeights w = make_weights(c.spec, E, H, I, 300 + static_cast<int>(ci));
     cuda::DevExperts ex = cuda::prepare(w, Activation::kSiluMul);
     const SchemeKind kind = w.scheme.kind;
+    // 16-bit and fp8 weights take 64-row M-blocks at up to 40 expected rows per expert (M = 60:
+    // 24), 128-row blocks above (M = 333, 1200); the other schemes 128-row blocks throughout
+    const bool b64 = kind == SchemeKind::kUnquantized || kind == SchemeKind::kFP8W8A8;
+    std::vector<int64_t> ms = {333, 1200};
+    if (b64) ms.insert(ms.begin(), 60);
     if (kind == SchemeKind::kUnquantized || kind == SchemeKind::kFP8W8A8 || kind == SchemeKind::kINT8W8A8)
       ASSERT_NE(ex.w13.wp.ptr, nullptr) << c.name << ": no plain weight copy for the Hopper path";
     // Activation-quantizing backend II schemes: exact products, so only a flipped code of the
@@ -327,9 +332,10 @@ TEST(CudaSm90, PrefillPathIsTakenAndMatchesReference) {
                     : kind == SchemeKind::kNVFP4 ? Tol{std::ldexp(1.0, -3), 1e-4}
                                                  : tol_for(w, "sm90");
     for (int mode : {0, 2}) {  // 2: expert 3 gets no token
-      for (int64_t m : {333, 1200}) {
+      for (int64_t m : ms) {
         const std::string kern = cuda::forward_kernels(ex, m, 2);
         ASSERT_NE(kern.find("sm90"), std::string::npos) << c.name << " M=" << m << " ran " << kern;
+        ASSERT_EQ(kern.find("wgmma64") != std::string::npos, m == 60) << c.name << " M=" << m << " ran " << kern;
         Tensor x = test::random_tensor(w.act_dtype, {m, H}, 310 + m + mode);
         Routing r = random_routing(m, 2, E, 320 + m + mode, mode);
         Tensor want = ref::reference_forward_routed(w, config(E, 2), nullptr, x, r.w, r.ids);
@@ -338,13 +344,15 @@ TEST(CudaSm90, PrefillPathIsTakenAndMatchesReference) {
     }
     // expert parallelism: 8 global experts, the 5 local ones are global 0, 2, 3, 5, 7
     std::vector<int32_t> emap = {0, -1, 1, 2, -1, 3, -1, 4};
-    const int64_t m = 700;
-    Tensor x = test::random_tensor(w.act_dtype, {m, H}, 330);
-    Routing r = random_routing(m, 2, 8, 331);
-    MoeConfig cfg = config(8, 2);
-    cfg.expert_map = emap;
-    Tensor want = ref::reference_forward_routed(w, cfg, nullptr, x, r.w, r.ids);
-    expect_close(run_device(ex, nullptr, x, r, false, emap), want, tol, str(c.name, " EP M=", m));
+    for (int64_t m : {700, 100}) {  // 100: 40 slots per local expert planned (64-row M-blocks for 16-bit / fp8)
+      if (m == 100 && !b64) continue;
+      Tensor x = test::random_tensor(w.act_dtype, {m, H}, 330 + m);
+      Routing r = random_routing(m, 2, 8, 331 + m);
+      MoeConfig cfg = config(8, 2);
+      cfg.expert_map = emap;
+      Tensor want = ref::reference_forward_routed(w, cfg, nullptr, x, r.w, r.ids);
+      expect_close(run_device(ex, nullptr, x, r, false, emap), want, tol, str(c.name, " EP M=", m));
+    }
   }
 }
 

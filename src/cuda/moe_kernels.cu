@@ -247,6 +247,7 @@ __device__ __forceinline__ int align_local(const int32_t* ids, const int32_t* em
 __global__ void align_count_kernel(const int32_t* __restrict__ ids, int numel, const int32_t* __restrict__ emap,
                                    int E, int32_t* __restrict__ hist) {
   extern __shared__ int cnt[];  // [E]
+  pdl_trigger();  // launched plainly (the layer's first kernel): the next kernel may start early
   for (int e = threadIdx.x; e < E; e += blockDim.x) cnt[e] = 0;
   __syncthreads();
   const int i = blockIdx.x * kAlignChunk + threadIdx.x;  // blockDim == kAlignChunk
@@ -579,22 +580,17 @@ void launch_align(const int32_t* topk_ids, int numel, const int32_t* expert_map,
     const int nb = (numel + kAlignChunk - 1) / kAlignChunk;
     int32_t* off = hist + static_cast<size_t>(nb) * num_local;
     const size_t e_smem = static_cast<size_t>(num_local) * sizeof(int);
-    // The three kernels are launched plainly, each after its predecessor has completed: launched
-    // as programmatic dependents (each waiting in griddepcontrol.wait), the chain failed
-    // intermittently on the H200 with "an illegal instruction was encountered" in these kernels
-    // (qwen3-30b-a3b / deepseek-v3 M = 4096, 32768 entries, 128 / 256 experts; found with
-    // QMOE_CUDA_SYNC_CHECK=1; never with CUDA_LAUNCH_BLOCKING=1). align_scatter_kernel still
-    // triggers the layer's next kernel early.
+    // Open issue (docs/perf.md, eighth session): in `qmoe bench` runs on the H200 the first forward
+    // of some M = 4096 rows (128 / 256 experts) fails with Xid 13 "Illegal Instruction Parameter",
+    // reported (QMOE_CUDA_SYNC_CHECK=1) at the wait right after align, on one SM. Launching these
+    // three kernels plainly, or align on one block, did not remove it; CUDA_LAUNCH_BLOCKING=1 did.
     align_count_kernel<<<nb, kAlignChunk, e_smem, s>>>(topk_ids, numel, expert_map, num_local, hist);
     QMOE_CUDA_LAUNCH_OK();
-    align_offsets_kernel<<<1, 256, (2 * static_cast<size_t>(num_local) + 1) * sizeof(int), s>>>(
-        nb, num_local, block, numel, hist, off, sorted_ids, expert_ids, capacity, num_post);
-    QMOE_CUDA_LAUNCH_OK();
-    align_scatter_kernel<<<nb, kAlignChunk, e_smem, s>>>(topk_ids, numel, expert_map, num_local,
-                                                         static_cast<const int32_t*>(hist),
-                                                         static_cast<const int32_t*>(off), sorted_ids, capacity,
-                                                         static_cast<const int32_t*>(num_post));
-    QMOE_CUDA_LAUNCH_OK();
+    launch_kernel(align_offsets_kernel, dim3(1), dim3(256), (2 * static_cast<size_t>(num_local) + 1) * sizeof(int), s,
+                  nb, num_local, block, numel, hist, off, sorted_ids, expert_ids, capacity, num_post);
+    launch_kernel(align_scatter_kernel, dim3(nb), dim3(kAlignChunk), e_smem, s, topk_ids, numel, expert_map, num_local,
+                  static_cast<const int32_t*>(hist), static_cast<const int32_t*>(off), sorted_ids, capacity,
+                  static_cast<const int32_t*>(num_post));
     return;
   }
   align_kernel<<<1, 1024, smem, s>>>(topk_ids, numel, expert_map, num_local, block, capacity, sorted_ids,

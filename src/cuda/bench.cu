@@ -282,8 +282,12 @@ BenchResult cuda_bench(const BenchProblem& p, int warmup, int iters) {
   }
   L.tw = cuda::DevBuf(w.size() * 4 + 16);
   L.tid = cuda::DevBuf(ids.size() * 4 + 16);
-  QMOE_CUDA_OK(cudaMemcpy(L.tw.ptr, w.data(), w.size() * 4, cudaMemcpyHostToDevice));
-  QMOE_CUDA_OK(cudaMemcpy(L.tid.ptr, ids.data(), ids.size() * 4, cudaMemcpyHostToDevice));
+  // On the layer's stream: a cudaMemcpy from pageable memory may return before its DMA lands, and
+  // L.s (non-blocking) is not ordered after the legacy stream, so the first forward's align read the
+  // ids before they arrived (stale memory: out-of-range expert ids, Xid 13 "Illegal Instruction
+  // Parameter" on the H200 at the first forward of some M = 4096 rows; docs/perf.md, eighth session).
+  QMOE_CUDA_OK(cudaMemcpyAsync(L.tw.ptr, w.data(), w.size() * 4, cudaMemcpyHostToDevice, L.s));
+  QMOE_CUDA_OK(cudaMemcpyAsync(L.tid.ptr, ids.data(), ids.size() * 4, cudaMemcpyHostToDevice, L.s));
   L.x = cuda::DevBuf(static_cast<size_t>(M) * H * 2 + 16);
   L.y = cuda::DevBuf(static_cast<size_t>(M) * H * 2 + 16);
   fill_kernel<<<1024, 256, 0, L.s>>>(L.x.as<uint32_t>(), static_cast<size_t>(M) * H / 2, static_cast<uint32_t>(p.seed));

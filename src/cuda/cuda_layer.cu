@@ -32,6 +32,7 @@ class CudaLayer final : public MoeLayer {
       bias_ = up(b.data(), b.size() * 4);
     }
     if (!cfg_.expert_map.empty()) emap_ = up(cfg_.expert_map.data(), cfg_.expert_map.size() * 4);
+    cuda::uploads_done();  // stream_ is non-blocking: not ordered after the uploads
   }
   ~CudaLayer() override {
     if (stream_ != nullptr) cudaStreamDestroy(stream_);

@@ -64,6 +64,11 @@ struct DevExperts {
   std::string method;         // "cuda/wna16-u4-g128", ...
 };
 
+// Waits until every upload issued so far has landed. A cudaMemcpy from pageable host memory may
+// return before its DMA completes, and kernels on a non-blocking stream are not ordered after it:
+// every function that uploads host data for later kernels ends with this (prepare*, the layers).
+void uploads_done();
+
 // Why the CUDA backend cannot run these weights ("" = it can).
 std::string can_prepare(const ExpertWeights& w);
 // Repacks canonical host weights (validated) into device experts. `activation` is the layer's.

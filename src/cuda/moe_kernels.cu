@@ -580,10 +580,6 @@ void launch_align(const int32_t* topk_ids, int numel, const int32_t* expert_map,
     const int nb = (numel + kAlignChunk - 1) / kAlignChunk;
     int32_t* off = hist + static_cast<size_t>(nb) * num_local;
     const size_t e_smem = static_cast<size_t>(num_local) * sizeof(int);
-    // Open issue (docs/perf.md, eighth session): in `qmoe bench` runs on the H200 the first forward
-    // of some M = 4096 rows (128 / 256 experts) fails with Xid 13 "Illegal Instruction Parameter",
-    // reported (QMOE_CUDA_SYNC_CHECK=1) at the wait right after align, on one SM. Launching these
-    // three kernels plainly, or align on one block, did not remove it; CUDA_LAUNCH_BLOCKING=1 did.
     align_count_kernel<<<nb, kAlignChunk, e_smem, s>>>(topk_ids, numel, expert_map, num_local, hist);
     QMOE_CUDA_LAUNCH_OK();
     launch_kernel(align_offsets_kernel, dim3(1), dim3(256), (2 * static_cast<size_t>(num_local) + 1) * sizeof(int), s,

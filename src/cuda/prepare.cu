@@ -13,6 +13,8 @@
 
 namespace qmoe::cuda {
 
+void uploads_done() { QMOE_CUDA_OK(cudaDeviceSynchronize()); }
+
 DevBuf::DevBuf(size_t n) : bytes(n) {
   if (n > 0) QMOE_CUDA_OK(cudaMalloc(&ptr, n));
 }
@@ -294,6 +296,7 @@ DevExperts prepare(const ExpertWeights& w, Activation activation, bool int8_plai
   one(w.w13, true, d.w13);
   one(w.w2, false, d.w2);
   d.method = method_of(d, w);
+  uploads_done();
   return d;
 }
 
@@ -396,6 +399,7 @@ DevExperts prepare_random(const MoeScheme& scheme, int E, int H, int I, int grou
   one(true, d.w13);
   one(false, d.w2);
   d.method = "cuda/mma/" + scheme.key();
+  uploads_done();
   return d;
 }
 

@@ -199,6 +199,7 @@ DevExperts prepare_fp4(const ExpertWeights& w, Activation activation) {
   one(w.w13, true, d.w13);
   one(w.w2, false, d.w2);
   d.method = "cuda/mma-fp4/" + w.scheme.key();
+  uploads_done();
   return d;
 }
 
@@ -331,6 +332,7 @@ DevExperts prepare_random_q(const MoeScheme& scheme, int E, int H, int I, int gr
   one(true, d.w13);
   one(false, d.w2);
   d.method = "cuda/mma-fp4/" + scheme.key();
+  uploads_done();
   return d;
 }
 

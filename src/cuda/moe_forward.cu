@@ -94,6 +94,11 @@ int mode_of(const DevProj& pr, ActQuant aq) {
 // Hopper path (sm90_moe.cuh) from this many rows per touched expert on (where the 16-row mma.sync
 // tile stops; measured on the H200: mixtral-8x7b M = 256, 64 rows per expert, bf16 1494 -> 893 us,
 // fp8 1561 -> 695 us); QMOE_CUDA_WGMMA_MIN_ROWS overrides it for measurements.
+int wgmma_min_rows() {
+  static const int v = std::getenv("QMOE_CUDA_WGMMA_MIN_ROWS") ? std::max(1, std::atoi(std::getenv("QMOE_CUDA_WGMMA_MIN_ROWS"))) : 17;
+  return v;
+}
+
 // 64-row M-blocks on the Hopper path (16-bit and fp8 weights) for `rows` expected rows per expert:
 // 128-row blocks there multiply mostly padding, while an expert past 64 rows streams its weights
 // twice. Measured on the H200 (docs/perf.md, eighth session), against 128-row blocks: 32 rows
@@ -104,11 +109,6 @@ bool wgmma_rows64(int64_t rows, int num_experts) {
   static const int v = std::getenv("QMOE_CUDA_WG64_MAX_ROWS") ? std::max(0, std::atoi(std::getenv("QMOE_CUDA_WG64_MAX_ROWS"))) : -1;
   if (v >= 0) return rows <= v;
   return rows <= 40 || (rows <= 64 && num_experts >= 64);
-}
-
-int wgmma_min_rows() {
-  static const int v = std::getenv("QMOE_CUDA_WGMMA_MIN_ROWS") ? std::max(1, std::atoi(std::getenv("QMOE_CUDA_WGMMA_MIN_ROWS"))) : 17;
-  return v;
 }
 
 // How the Hopper path feeds a set of experts (sm90_moe.cuh): byte operands (e4m3 / int8 codes:
@@ -494,6 +494,7 @@ void run_experts(const DevExperts& ex, const ExpertsPlan& pl, const void* x, con
     QMOE_CUDA_OK(cudaMemsetAsync(pl.o, 0, static_cast<size_t>(pl.numel) * H * 4, s));
   launch_align(topk_ids, static_cast<int>(pl.numel), emap, ex.num_experts, pl.bm, pl.cap, pl.sorted, pl.eids,
                pl.npost, pl.hist, s);
+  sync_check(s, "align");
   // ---- GEMM1 operand rows
   const void* a = x;
   int a_row_div = pl.top_k;
@@ -516,6 +517,7 @@ void run_experts(const DevExperts& ex, const ExpertsPlan& pl, const void* x, con
     ap.groups = pl.a_groups;
     ap.q_f16 = a_f16;
     launch_act_prep(f16, ap, s);
+    sync_check(s, "act_prep of x");
     a = pl.a;
     a_row_div = pl.slot_rows ? 1 : pl.top_k;
     a_scale = qa != 0 ? pl.a_scale : nullptr;
@@ -549,9 +551,12 @@ void run_experts(const DevExperts& ex, const ExpertsPlan& pl, const void* x, con
   } else {
     launch_moe_gemm(f16, ex.fmt, mode_of(ex.w13, ex.act_quant), pl.c1.tile, g1, s);
   }
-  if (pl.c1.splits > 1)
+  sync_check(s, "GEMM1");
+  if (pl.c1.splits > 1) {
     launch_act_finish(f16, pl.partial, ex.w13.np, pl.numel, I, g1.act, ex.w13.bias.as<float>(), topk_ids, emap, pl.h,
                       I, s);
+    sync_check(s, "act_finish");
+  }
   // ---- GEMM2 operand rows
   const void* a2 = pl.h;
   const float* a2_scale = nullptr;
@@ -572,6 +577,7 @@ void run_experts(const DevExperts& ex, const ExpertsPlan& pl, const void* x, con
     hp.groups = pl.h_groups;
     hp.q_f16 = a_f16;
     launch_act_prep(f16, hp, s);
+    sync_check(s, "act_prep of h");
     a2 = pl.hq;
     a2_scale = pl.h_scale;
   }
@@ -598,6 +604,7 @@ void run_experts(const DevExperts& ex, const ExpertsPlan& pl, const void* x, con
   } else {
     launch_moe_gemm(f16, ex.fmt, mode_of(ex.w2, ex.act_quant), pl.c2.tile, g2, s);
   }
+  sync_check(s, "GEMM2");
 }
 
 }  // namespace

@@ -275,7 +275,9 @@ QMOE_API qmoe_status_t qmoe_layer_forward(qmoe_layer_t* layer, const qmoe_tensor
                                           const qmoe_tensor_t* router_logits, const qmoe_tensor_t* y,
                                           void* stream);
 /* The same with routing given: topk_weights F32 [M, k], topk_ids I32 [M, k] (global ids in
- * [0, E_global); host ids are checked, ids in device memory are not: that would cost a sync). */
+ * [0, E_global); host ids are checked, ids in device memory are not: that would cost a sync. An
+ * out-of-range id in device memory is undefined behaviour: on an H200 it faulted the CUDA context
+ * (Xid 13 in align's shared-memory counters). */
 QMOE_API qmoe_status_t qmoe_layer_forward_routed(qmoe_layer_t* layer, const qmoe_tensor_t* x,
                                                  const qmoe_tensor_t* topk_weights,
                                                  const qmoe_tensor_t* topk_ids, const qmoe_tensor_t* y,

@@ -112,8 +112,7 @@ CudaLayerPtr make_cuda_layer(ExpertWeights w, MoeConfig cfg, std::optional<Exper
   }
   if (!l->cfg.expert_map.empty())
     l->emap = upload(l->cfg.expert_map.data(), l->cfg.expert_map.size() * sizeof(int32_t));
-  // the caller's streams may be non-blocking: every upload lands before the first forward
-  cuda_ok(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+  cuda::uploads_done();  // the caller's streams may be non-blocking: every upload lands first
   cuda_ok(cudaEventCreateWithFlags(&l->done, cudaEventDisableTiming), "cudaEventCreate");
   return l;
 }

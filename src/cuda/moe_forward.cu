@@ -111,6 +111,13 @@ bool wgmma_rows64(int64_t rows, int num_experts) {
   return rows <= 40 || (rows <= 64 && num_experts >= 64);
 }
 
+// One consumer warpgroup for an expert's last 128-row M-block when it holds <= 64 live rows
+// (Sm90Gemm::half_tail); QMOE_CUDA_HALF_TAIL=0 turns it off for measurements.
+bool half_tail_on() {
+  static const bool v = !(std::getenv("QMOE_CUDA_HALF_TAIL") && std::getenv("QMOE_CUDA_HALF_TAIL")[0] == '0');
+  return v;
+}
+
 // How the Hopper path feeds a set of experts (sm90_moe.cuh): byte operands (e4m3 / int8 codes:
 // fp8 W8A8 on QGMMA, INT8 W8A8 on IGMMA), weights as the register operand (the wq kernel: int4 /
 // int8 atoms, fp4 units), and quantized activations as exact 16-bit values (W4A8, NVFP4 W4A4).
@@ -409,6 +416,7 @@ void run_experts_sm90(const DevExperts& ex, const ExpertsPlan& pl, const void* x
     q.num_post = pl.npost;
     q.numel = static_cast<int>(pl.numel);
     q.max_blocks = static_cast<int>(std::min<int64_t>(pl.cap / pl.bm, pl.numel));
+    q.half_tail = half_tail_on() ? 1 : 0;
     q.w = wq ? pr.w.ptr : pr.wp.ptr;
     q.num_experts = ex.num_experts;
     q.np = pr.np;

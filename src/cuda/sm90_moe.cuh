@@ -34,6 +34,9 @@ struct Sm90Gemm {
   const int32_t* num_post = nullptr;
   int numel = 0;
   int max_blocks = 0;
+  // 1: a 128-row M-block with at most 64 live rows (an expert's last) runs on one consumer
+  // warpgroup (the 16-bit / fp8 / INT8 kernel); 0 (QMOE_CUDA_HALF_TAIL=0, for measurements): on two
+  int half_tail = 1;
   // plain weights (tiled: sm90_plain_bytes), logical n x k
   const void* w = nullptr;
   int num_experts = 0;

@@ -113,13 +113,20 @@ __global__ void __launch_bounds__(384, 1)
   if (mb >= p.max_blocks || mb * BM >= *p.num_post) return;
   const int e = p.expert_ids[mb];
   if (e < 0) return;  // expert of another rank: its slots stay zero (pre-cleared)
+  // An expert's last 128-row M-block often holds few live rows (align puts an expert's padding
+  // after its rows): with at most 64, rows 64..127 are all padding, so the second consumer
+  // warpgroup leaves at once and the first multiplies alone (half the tensor work of the tile;
+  // its padding rows of h are never written, and no output reads them: a padding position's
+  // GEMM2 row is its own, and the fp8 gather zeroes padding rows without reading h).
+  const bool tail = BM == kBM && p.half_tail && p.sorted_ids[mb * BM + 64] >= p.numel;
+  const int ncons = tail ? 128 : 256;  // consumer threads that stay
 
   const int wg = threadIdx.x >> 7, tid = threadIdx.x & 127;
   if (threadIdx.x == 0) {
 #pragma unroll
     for (int s = 0; s < STAGES; ++s) {
       mbar_init(&full[s], 1);
-      mbar_init(&empty[s], 8);  // one arrival per consumer warp
+      mbar_init(&empty[s], ncons / 32);  // one arrival per consumer warp
     }
     mbar_init_fence();
   }
@@ -148,6 +155,7 @@ __global__ void __launch_bounds__(384, 1)
     return;
   }
 
+  if (wg == 2 && tail) return;
   setmaxnreg_inc<232>();
   const int cw = wg - 1;  // BM 128: rows cw * 64 .. + 63 of the tile; BM 64: columns cw * WN .. + WN - 1
   const int warp = tid >> 5, lane = tid & 31;
@@ -180,14 +188,14 @@ __global__ void __launch_bounds__(384, 1)
   float* s_bias = s_rs + BM;  // [BN]: stage 1 the tile's BN / 2 gate then up biases, stage 2 its columns'
   const bool staged = FP8 && !chunked;
   if (staged) {
-    static_assert(!FP8 || BN + BM <= 256, "one staged scale per consumer thread");
-    const int t = threadIdx.x - 128;
-    if (t < BN) s_cs[t] = col_scale(nb * BN + t, 0);
-    else if (t < BN + BM)
-      s_rs[t - BN] = p.row_scale != nullptr ? p.row_scale[static_cast<size_t>(mb * BM + t - BN) * p.rs_groups] : 1.f;
+    for (int t = threadIdx.x - 128; t < BN + BM; t += ncons) {
+      if (t < BN) s_cs[t] = col_scale(nb * BN + t, 0);
+      else
+        s_rs[t - BN] = p.row_scale != nullptr ? p.row_scale[static_cast<size_t>(mb * BM + t - BN) * p.rs_groups] : 1.f;
+    }
   }
   if (p.bias != nullptr) {
-    for (int t = threadIdx.x - 128; t < BN; t += 256) {
+    for (int t = threadIdx.x - 128; t < BN; t += ncons) {
       const float* be = p.bias + static_cast<size_t>(e) * p.n;
       if (p.stage == 1) {
         const int c = t % (BN / 2), i = nb * (BN / 2) + c;
@@ -200,7 +208,7 @@ __global__ void __launch_bounds__(384, 1)
   }
   // f(accumulator index, column scale, row scale) for every accumulator, with the scales of all of K
   auto each_scale = [&](auto&& f) {
-    named_bar_sync(1, 256);  // the consumer warpgroups' staged scales
+    named_bar_sync(1, ncons);  // the consumer warpgroups' staged scales
     float r[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) r[h] = s_rs[rw + warp * 16 + (lane >> 2) + h * 8];
@@ -306,7 +314,7 @@ __global__ void __launch_bounds__(384, 1)
 
   // ---- epilogue: thread holds rows row_base + {0, 8}, columns 8 j + 2 (lane & 3) + {0, 1}
   using T = typename Op::T;
-  if (p.bias != nullptr && !staged) named_bar_sync(1, 256);  // the staged biases (each_scale synced the others)
+  if (p.bias != nullptr && !staged) named_bar_sync(1, ncons);  // the staged biases (each_scale synced the others)
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int pos = row_base + h * 8;

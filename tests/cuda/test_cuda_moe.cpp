@@ -21,6 +21,7 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <numeric>
 #include <random>
@@ -353,6 +354,55 @@ TEST(CudaSm90, PrefillPathIsTakenAndMatchesReference) {
       Tensor want = ref::reference_forward_routed(w, cfg, nullptr, x, r.w, r.ids);
       expect_close(run_device(ex, nullptr, x, r, false, emap), want, tol, str(c.name, " EP M=", m));
     }
+  }
+}
+
+// An expert's last 128-row M-block with at most 64 live rows runs on one consumer warpgroup
+// (sm90_moe_gemm.cu, Sm90Gemm::half_tail). Top-1 routing with exact per-expert counts puts blocks on
+// both sides of that boundary: 64 rows (one block, tail), 65 (row 64 live: both warpgroups), 192
+// (second block exactly 64: tail), 193, 1 (a block of one row), and an expert with none. Tokens
+// are shuffled so an expert's rows are not contiguous tokens.
+TEST(CudaSm90, TailBlocksAtTheOneWarpgroupBoundary) {
+  SKIP_WITHOUT_GPU();
+  if (!cuda::sm90_available())
+    GTEST_SKIP() << "not an sm_90 device (or QMOE_CUDA_WGMMA=0): the Hopper path does not run here";
+  const std::vector<int> counts = {64, 65, 192, 193, 1, 0};
+  const int E = static_cast<int>(counts.size()), H = 264, I = 136;
+  const int64_t m = std::accumulate(counts.begin(), counts.end(), int64_t{0});
+  std::vector<int32_t> ids;
+  for (int e = 0; e < E; ++e) ids.insert(ids.end(), counts[e], e);
+  std::shuffle(ids.begin(), ids.end(), std::mt19937_64(77));
+  Routing r{Tensor(DType::kF32, {m, 1}), Tensor(DType::kI32, {m, 1})};
+  std::mt19937_64 rng(78);
+  for (int64_t t = 0; t < m; ++t) {
+    r.ids.data_mut<int32_t>()[t] = ids[t];
+    r.w.data_mut<float>()[t] = std::uniform_real_distribution<float>(0.05f, 1.f)(rng);
+  }
+  std::vector<Case> cases;
+  auto add = [&](std::string n, auto f) {
+    ref::SchemeSpec sp;
+    f(sp);
+    cases.push_back({std::move(n), sp});
+  };
+  add("bf16", [](auto&) {});
+  add("fp8_channel_token", [](auto& sp) {
+    sp.kind = SchemeKind::kFP8W8A8; sp.fp8_strategy = Strategy::kChannel; sp.act = ActQuant::kFP8Token; });
+  add("fp8_block_group128", [](auto& sp) {
+    sp.kind = SchemeKind::kFP8W8A8; sp.fp8_strategy = Strategy::kBlock; sp.act = ActQuant::kFP8Group128;
+    sp.block = {8, 128}; });
+  add("int8_w8a8", [](auto& sp) { sp.kind = SchemeKind::kINT8W8A8; sp.group_size = 0; });
+  for (size_t ci = 0; ci < cases.size(); ++ci) {
+    const Case& c = cases[ci];
+    ExpertWeights w = make_weights(c.spec, E, H, I, 500 + static_cast<int>(ci));
+    cuda::DevExperts ex = cuda::prepare(w, Activation::kSiluMul);
+    const std::string kern = cuda::forward_kernels(ex, m, 1);
+    // 85 expected rows per expert: 128-row M-blocks on the Hopper path
+    ASSERT_NE(kern.find("sm90-wgmma"), std::string::npos) << c.name << " ran " << kern;
+    ASSERT_EQ(kern.find("wgmma64"), std::string::npos) << c.name << " ran " << kern;
+    const Tol tol = w.scheme.kind == SchemeKind::kINT8W8A8 ? Tol{std::ldexp(1.0, -5), 1e-4} : tol_for(w, "sm90");
+    Tensor x = test::random_tensor(w.act_dtype, {m, H}, 510 + ci);
+    Tensor want = ref::reference_forward_routed(w, config(E, 1), nullptr, x, r.w, r.ids);
+    expect_close(run_device(ex, nullptr, x, r, false), want, tol, str(c.name, " (", kern, ")"));
   }
 }
 

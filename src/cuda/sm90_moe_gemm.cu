@@ -20,6 +20,8 @@
 #include <cstdlib>
 #include <mutex>
 #include <type_traits>
+#include <vector>
+#include <cstdio>
 
 #include "cuda/device_common.cuh"
 #include "cuda/fp4_ops.cuh"
@@ -90,6 +92,27 @@ __device__ __forceinline__ void setmaxnreg_dec() {
 }
 #endif
 
+#ifdef QMOE_SM90_TRACE
+// Diagnostic build only (scripts/build_variant.sh ... "-DQMOE_SM90_TRACE"): per CTA of the first
+// GEMM launches, %globaltimer (ns) at entry, when the first stage's data is there, after the last
+// stage's MMAs and after the epilogue, plus the SM; written by the first consumer thread.
+constexpr int kTraceMax = 1 << 17;
+__device__ unsigned long long g_sm90_trace[kTraceMax * 6];
+__device__ __forceinline__ unsigned long long gtimer() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(t));
+  return t;
+}
+#define QMOE_TRACE(i)                                                                               \
+  do {                                                                                              \
+    if (threadIdx.x == 128 && blockIdx.x < kTraceMax) g_sm90_trace[blockIdx.x * 6 + (i)] = gtimer(); \
+  } while (0)
+#else
+#define QMOE_TRACE(i) \
+  do {                \
+  } while (0)
+#endif
+
 template <class Op, bool FP8, bool I8 = false, int BM = kBM>  // I8: byte operands as signed int8 (IGMMA)
 __global__ void __launch_bounds__(384, 1)
     sm90_moe_gemm_kernel(const __grid_constant__ CUtensorMap tma_a, const __grid_constant__ CUtensorMap tma_b,
@@ -105,6 +128,16 @@ __global__ void __launch_bounds__(384, 1)
   uint64_t* full = reinterpret_cast<uint64_t*>(sB + STAGES * C::B_ST);
   uint64_t* empty = full + STAGES;
 
+#ifdef QMOE_SM90_TRACE
+  const unsigned long long t_entry = gtimer();
+  if (threadIdx.x == 128 && blockIdx.x < kTraceMax) {
+    uint32_t smid;
+    asm volatile("mov.u32 %0, %%smid;\n" : "=r"(smid));
+    g_sm90_trace[blockIdx.x * 6 + 0] = t_entry;
+    for (int i = 1; i < 5; ++i) g_sm90_trace[blockIdx.x * 6 + i] = 0;
+    g_sm90_trace[blockIdx.x * 6 + 5] = smid;
+  }
+#endif
   // grouped raster: kGroupM M-blocks x all N tiles, M fastest
   const int ntn = (p.np + BN - 1) / BN;
   const int L = blockIdx.x;
@@ -167,6 +200,17 @@ __global__ void __launch_bounds__(384, 1)
 
   // fp8 scales: rows r0, r0 + 8 of this thread; columns nb * BN + 8 j + 2 (lane & 3) + {0, 1}
   const int row_base = mb * BM + rw + warp * 16 + (lane >> 2);
+  // GEMM2's output slots and router weights of this thread's two rows, loaded before the mainloop
+  // (two dependent loads in the epilogue waited ~2 memory round trips per CTA)
+  int o_sid[2] = {p.numel, p.numel};
+  float o_w[2] = {1.f, 1.f};
+  if (p.stage == 2) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      o_sid[h] = p.sorted_ids[row_base + h * 8];
+      if (o_sid[h] < p.numel && p.topk_w != nullptr) o_w[h] = p.topk_w[o_sid[h]];
+    }
+  }
   float rs[2] = {1.f, 1.f};
   auto load_rs = [&](int g) {
 #pragma unroll
@@ -227,6 +271,7 @@ __global__ void __launch_bounds__(384, 1)
     for (int kb = 0; kb < nk; ++kb) {
       const int s = kb % STAGES;
       mbar_wait(&full[s], (kb / STAGES) & 1);
+      if (kb == 0) QMOE_TRACE(1);
       wgmma_fence();
       issue(sA + s * C::A_ST + rw * 128, sB + s * C::B_ST + cn * 128);
       wgmma_commit();
@@ -234,6 +279,7 @@ __global__ void __launch_bounds__(384, 1)
       if (lane == 0) mbar_arrive(&empty[s]);
       after(kb);
     }
+    QMOE_TRACE(2);
   };
 
   if constexpr (I8) {
@@ -290,6 +336,7 @@ __global__ void __launch_bounds__(384, 1)
     for (int kb = 0; kb < nk; ++kb) {
       const int s = kb % STAGES;
       mbar_wait(&full[s], (kb / STAGES) & 1);
+      if (kb == 0) QMOE_TRACE(1);
       const uint8_t* a_st = sA + s * C::A_ST + rw * 128;
       const uint8_t* b_st = sB + s * C::B_ST + cn * 128;
       wgmma_fence();
@@ -310,39 +357,46 @@ __global__ void __launch_bounds__(384, 1)
       if (kb > 0 && lane == 0) mbar_arrive(&empty[(kb - 1) % STAGES]);
     }
     wgmma_wait0();
+    QMOE_TRACE(2);
   }
 
   // ---- epilogue: thread holds rows row_base + {0, 8}, columns 8 j + 2 (lane & 3) + {0, 1}
   using T = typename Op::T;
   if (p.bias != nullptr && !staged) named_bar_sync(1, ncons);  // the staged biases (each_scale synced the others)
+  if (p.stage == 1) {
+    // prepared columns: n16 tile q holds 8 gate rows (j = 2q) then the 8 matching up rows (2q + 1).
+    // Activation switch outside the loops (with_act): the per-element code is branch-free.
+    with_act(p.act, [&](auto act) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        T* hrow = static_cast<T*>(p.out) + static_cast<size_t>(row_base + h * 8) * p.ldo;
+#pragma unroll
+        for (int q = 0; q < NACC / 8; ++q) {
+          const int tile = nb * (BN / 16) + cn / 16 + q;
+          const int i = tile * 8 + 2 * (lane & 3);
+          if (i >= p.half) continue;
+          float hv[2];
+#pragma unroll
+          for (int e2 = 0; e2 < 2; ++e2) {
+            float g = acc[(2 * q) * 4 + h * 2 + e2], u = acc[(2 * q + 1) * 4 + h * 2 + e2];
+            if (p.bias != nullptr) {
+              const int c = cn / 2 + q * 8 + 2 * (lane & 3) + e2;  // the tile's intermediate column i + e2
+              g += s_bias[c];
+              u += s_bias[BN / 2 + c];
+            }
+            hv[e2] = act(g, u);
+          }
+          *reinterpret_cast<uint32_t*>(hrow + i) = Op::pack(hv[0], hv[1]);
+        }
+      }
+    });
+  } else {
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
-    const int pos = row_base + h * 8;
-    const int sid = p.sorted_ids[pos];
-    if (p.stage == 1) {
-      // prepared columns: n16 tile q holds 8 gate rows (j = 2q) then the 8 matching up rows (2q + 1)
-      T* hrow = static_cast<T*>(p.out) + static_cast<size_t>(pos) * p.ldo;
-#pragma unroll
-      for (int q = 0; q < NACC / 8; ++q) {
-        const int tile = nb * (BN / 16) + cn / 16 + q;
-        const int i = tile * 8 + 2 * (lane & 3);
-        if (i >= p.half) continue;
-        float hv[2];
-#pragma unroll
-        for (int e2 = 0; e2 < 2; ++e2) {
-          float g = acc[(2 * q) * 4 + h * 2 + e2], u = acc[(2 * q + 1) * 4 + h * 2 + e2];
-          if (p.bias != nullptr) {
-            const int c = cn / 2 + q * 8 + 2 * (lane & 3) + e2;  // the tile's intermediate column i + e2
-            g += s_bias[c];
-            u += s_bias[BN / 2 + c];
-          }
-          hv[e2] = act_fn(p.act, g, u);
-        }
-        *reinterpret_cast<uint32_t*>(hrow + i) = Op::pack(hv[0], hv[1]);
-      }
-    } else {
+    {
+      const int sid = o_sid[h];
       if (sid >= p.numel) continue;
-      const float w = p.topk_w != nullptr ? p.topk_w[sid] : 1.f;
+      const float w = o_w[h];
       float* orow = static_cast<float*>(p.out) + static_cast<size_t>(sid) * p.ldo;
 #pragma unroll
       for (int j = 0; j < NACC / 4; ++j) {
@@ -357,6 +411,8 @@ __global__ void __launch_bounds__(384, 1)
       }
     }
   }
+  }
+  QMOE_TRACE(3);
 #endif
 }
 
@@ -393,7 +449,7 @@ struct WqCfg {
   static constexpr int ATOMS = 128 / WqFmt<F>::KA;     // atoms per n16 tile per 128-k stage
   static constexpr int X_ST = 2 * kBM * 128;           // 128 tokens x 128 k (bf16) as two 64-k boxes
   static constexpr int W_ST = 8 * ATOMS * WqFmt<F>::UNIT;  // 8 n16 tiles
-  static constexpr int SMEM = kWqStages * (X_ST + W_ST) + 2 * kWqStages * 8 + kBM * 4 + 1024;  // + row scales
+  static constexpr int SMEM = kWqStages * (X_ST + W_ST) + 2 * kWqStages * 8 + 3 * kBM * 4 + 1024;  // + row scales, slots, weights
 };
 
 template <class Op, WFmt F, bool CHANNEL>
@@ -490,6 +546,15 @@ __global__ void __launch_bounds__(384, 1)
   // the M-block's activation scales (W4A8, W4A4), staged before the mainloop for the epilogue
   float* s_rs = reinterpret_cast<float*>(empty + STAGES);
   if (p.row_scale != nullptr && cw == 0) s_rs[tid] = p.row_scale[static_cast<size_t>(mb * kBM + tid) * p.rs_groups];
+  // GEMM2: the M-block's output slots and router weights, staged before the mainloop (two
+  // dependent loads per token in the epilogue waited ~2 memory round trips)
+  int* s_sid = reinterpret_cast<int*>(s_rs + kBM);
+  float* s_w = reinterpret_cast<float*>(s_sid + kBM);
+  if (p.stage == 2 && cw == 1) {
+    const int sid = p.sorted_ids[mb * kBM + tid];
+    s_sid[tid] = sid;
+    s_w[tid] = sid < p.numel && p.topk_w != nullptr ? p.topk_w[sid] : 1.f;
+  }
   // this thread's two rows' scales for all of K (channel / fp4 global) and biases, loaded before
   // the mainloop too (stage 1: the gate and up bias of intermediate column tile16 * 8 + lane / 4)
   float rsc[2] = {1.f, 1.f}, rb[2] = {0.f, 0.f};
@@ -654,23 +719,26 @@ __global__ void __launch_bounds__(384, 1)
     const int i = tile16 * 8 + (lane >> 2);
     if (i >= p.half) return;
     const float bg = rb[0], bu = rb[1];
+    with_act(p.act, [&](auto act) {  // the activation switch outside the loops: branch-free elements
 #pragma unroll
-    for (int j = 0; j < 16; ++j)
+      for (int j = 0; j < 16; ++j)
 #pragma unroll
-      for (int e2 = 0; e2 < 2; ++e2) {
-        const int pos = mb * kBM + 8 * j + 2 * (lane & 3) + e2;
-        const float hv = act_fn(p.act, acc[j * 4 + e2] + bg, acc[j * 4 + 2 + e2] + bu);
-        static_cast<T*>(p.out)[static_cast<size_t>(pos) * p.ldo + i] = Op::from_f(hv);
-      }
+        for (int e2 = 0; e2 < 2; ++e2) {
+          const int pos = mb * kBM + 8 * j + 2 * (lane & 3) + e2;
+          const float hv = act(acc[j * 4 + e2] + bg, acc[j * 4 + 2 + e2] + bu);
+          static_cast<T*>(p.out)[static_cast<size_t>(pos) * p.ldo + i] = Op::from_f(hv);
+        }
+    });
   } else {
+    named_bar_sync(1, 256);  // the staged slots and router weights
 #pragma unroll
     for (int j = 0; j < 16; ++j)
 #pragma unroll
       for (int e2 = 0; e2 < 2; ++e2) {
-        const int pos = mb * kBM + 8 * j + 2 * (lane & 3) + e2;
-        const int sid = p.sorted_ids[pos];
+        const int t = 8 * j + 2 * (lane & 3) + e2;
+        const int sid = s_sid[t];
         if (sid >= p.numel) continue;
-        const float w = p.topk_w != nullptr ? p.topk_w[sid] : 1.f;
+        const float w = s_w[t];
         float* orow_out = static_cast<float*>(p.out) + static_cast<size_t>(sid) * p.ldo;
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
@@ -910,6 +978,25 @@ void launch_gemm(const Sm90Gemm& p, cudaStream_t s) {
   const dim3 grid(static_cast<unsigned>(groups * kGroupM * ntn));
   kern<<<grid, 384, C::SMEM, s>>>(ma, mb, p);
   QMOE_CUDA_LAUNCH_OK();
+#ifdef QMOE_SM90_TRACE
+  // the first two uncaptured launches of the process (GEMM1 and GEMM2 of the first forward)
+  static int traced = 0;
+  cudaStreamCaptureStatus cs = cudaStreamCaptureStatusNone;
+  cudaStreamIsCapturing(s, &cs);
+  if (const char* path = std::getenv("QMOE_SM90_TRACE_FILE"); path != nullptr && traced < 2 && cs == cudaStreamCaptureStatusNone) {
+    ++traced;
+    QMOE_CUDA_OK(cudaStreamSynchronize(s));
+    const unsigned n = std::min<unsigned>(grid.x, kTraceMax);
+    std::vector<unsigned long long> t(static_cast<size_t>(n) * 6);
+    QMOE_CUDA_OK(cudaMemcpyFromSymbol(t.data(), g_sm90_trace, t.size() * sizeof(unsigned long long)));
+    if (FILE* f = std::fopen(path, "a")) {
+      std::fprintf(f, "# launch fp8=%d bm=%d bn=%d grid=%u np=%d k=%d stage=%d\n", FP8 ? 1 : 0, BM, C::BN, grid.x, p.np, p.k, p.stage);
+      for (unsigned i = 0; i < n; ++i)
+        std::fprintf(f, "%u %llu %llu %llu %llu %llu\n", i, t[i * 6], t[i * 6 + 1], t[i * 6 + 2], t[i * 6 + 3], t[i * 6 + 5]);
+      std::fclose(f);
+    }
+  }
+#endif
 }
 
 template <class Op, WFmt F, bool CH>

@@ -46,6 +46,7 @@ def main(paths):
     if not paths:
         sys.exit(__doc__)
     for path in paths:
+        print(f"## {path}")
         head, rows = None, []
         for line in open(path):
             if line.startswith("#"):

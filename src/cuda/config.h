@@ -141,4 +141,41 @@ inline DecodeConfig select_decode(const GemmProblem& p, bool fill_splits) {
   return c;
 }
 
+// ---- Hopper (sm_90a) path: whether the wgmma kernels run a set of experts, and their M-block ------
+// (moe_forward.cu; the kernels in sm90_moe_gemm.cu). rows = expected rows per touched expert.
+enum class Sm90Kind : int {
+  kPlain = 0,  // 16-bit or fp8 weights (HGMMA / QGMMA on the plain copy)
+  kInt8 = 1,   // INT8 W8A8 (IGMMA; 128-row M-blocks only)
+  kWq = 2,     // int4 / int8 atoms and W4A8 (weights as the register operand; 128-row M-blocks)
+  kFp4 = 3,    // NVFP4 / MXFP4 units on the wq kernel
+};
+struct Sm90Choice {
+  bool wgmma = false;
+  int bm = 128;
+};
+// min_rows / rows64_max > 0 / >= 0: the QMOE_CUDA_WGMMA_MIN_ROWS / QMOE_CUDA_WG64_MAX_ROWS overrides.
+// Measured on the H200 (docs/perf.md):
+//  * from 17 rows per expert (where the 16-row mma.sync tile stops; mixtral-8x7b M = 256, 64 rows:
+//    bf16 1494 -> 893 us, fp8 1561 -> 695 us), and for 16-bit / fp8 weights with at most 16 experts
+//    from 16 (ninth session: 16 rows, 64-row M-blocks, against the 16-row tile: mixtral-8x7b M = 64
+//    bf16 1.15x, fp8 1.19x; llama4-scout M = 256 bf16 1.01x, fp8 1.23x; with 128 experts,
+//    qwen3-30b-a3b M = 256, 0.95-0.97x: not taken); fp4 units from 33 (at 32 rows the wq kernel
+//    measured 2-6% slower than the mma.sync fp4 kernel, at 64 rows 1.4-1.6x faster);
+//  * 64-row M-blocks for 16-bit and fp8 weights up to 40 rows per expert, and up to 64 with >= 64
+//    experts (eighth session: 32 rows 1.13-1.30x against 128-row blocks; 64 rows 1.09-1.11x with 128
+//    experts but 0.91-0.94x with 8 / 16); 128 rows otherwise.
+inline Sm90Choice select_sm90(int64_t rows, int num_experts, Sm90Kind kind, int min_rows = 0, int rows64_max = -1) {
+  Sm90Choice c;
+  int need = 17;
+  if (min_rows > 0) need = min_rows;
+  else if (kind == Sm90Kind::kPlain && num_experts <= 16) need = 16;
+  if (kind == Sm90Kind::kFp4 && need < 33) need = 33;
+  c.wgmma = rows >= need;
+  if (kind == Sm90Kind::kPlain) {
+    const bool b64 = rows64_max >= 0 ? rows <= rows64_max : (rows <= 40 || (rows <= 64 && num_experts >= 64));
+    c.bm = b64 ? 64 : 128;
+  }
+  return c;
+}
+
 }  // namespace qmoe::cuda

@@ -91,24 +91,16 @@ int mode_of(const DevProj& pr, ActQuant aq) {
   return 1;
 }
 
-// Hopper path (sm90_moe.cuh) from this many rows per touched expert on (where the 16-row mma.sync
-// tile stops; measured on the H200: mixtral-8x7b M = 256, 64 rows per expert, bf16 1494 -> 893 us,
-// fp8 1561 -> 695 us); QMOE_CUDA_WGMMA_MIN_ROWS overrides it for measurements.
-int wgmma_min_rows() {
-  static const int v = std::getenv("QMOE_CUDA_WGMMA_MIN_ROWS") ? std::max(1, std::atoi(std::getenv("QMOE_CUDA_WGMMA_MIN_ROWS"))) : 17;
+// Overrides of select_sm90's rule (config.h) for measurements: QMOE_CUDA_WGMMA_MIN_ROWS=n (the
+// Hopper path from n rows per expert), QMOE_CUDA_WG64_MAX_ROWS=v (64-row M-blocks up to v rows, 0:
+// never).
+int wgmma_min_rows_env() {
+  static const int v = std::getenv("QMOE_CUDA_WGMMA_MIN_ROWS") ? std::max(1, std::atoi(std::getenv("QMOE_CUDA_WGMMA_MIN_ROWS"))) : 0;
   return v;
 }
-
-// 64-row M-blocks on the Hopper path (16-bit and fp8 weights) for `rows` expected rows per expert:
-// 128-row blocks there multiply mostly padding, while an expert past 64 rows streams its weights
-// twice. Measured on the H200 (docs/perf.md, eighth session), against 128-row blocks: 32 rows
-// per expert 1.13-1.30x (deepseek-v3 / gpt-oss-120b M = 1024, bf16 and fp8); 64 rows 1.09-1.11x
-// with 128 experts (qwen3-30b-a3b M = 1024) but 0.91-0.94x with 8 / 16 (mixtral-8x7b M = 256,
-// llama4-scout M = 1024). QMOE_CUDA_WG64_MAX_ROWS=v replaces the rule by rows <= v (0: never).
-bool wgmma_rows64(int64_t rows, int num_experts) {
+int wg64_max_rows_env() {
   static const int v = std::getenv("QMOE_CUDA_WG64_MAX_ROWS") ? std::max(0, std::atoi(std::getenv("QMOE_CUDA_WG64_MAX_ROWS"))) : -1;
-  if (v >= 0) return rows <= v;
-  return rows <= 40 || (rows <= 64 && num_experts >= 64);
+  return v;
 }
 
 // One consumer warpgroup for an expert's last 128-row M-block when it holds <= 64 live rows
@@ -220,14 +212,17 @@ struct ExpertsPlan {
     {
       const int64_t touched = std::min<int64_t>(numel, ex.num_experts);
       rows_per_expert = (numel + touched - 1) / std::max<int64_t>(touched, 1);
-      // fp4 units from 33 rows: at 32 rows per expert the wq kernel measured 2-6% slower than the
-      // mma.sync fp4 kernel (deepseek-v3 NVFP4A16 M = 1024 7018 vs 6886 us), at 64 rows 1.4-1.6x faster
-      const bool fp4 = ex.fmt == WFmt::kNV4 || ex.fmt == WFmt::kMX4;
-      wg = rows_per_expert >= std::max(wgmma_min_rows(), fp4 ? 33 : 0) && sm90_eligible(ex);
+      const Sm90Operands op(ex);
+      const Sm90Kind kind = op.i8                                              ? Sm90Kind::kInt8
+                            : ex.fmt == WFmt::kNV4 || ex.fmt == WFmt::kMX4   ? Sm90Kind::kFp4
+                            : op.wq                                            ? Sm90Kind::kWq
+                                                                               : Sm90Kind::kPlain;
+      const Sm90Choice ch = select_sm90(rows_per_expert, ex.num_experts, kind, wgmma_min_rows_env(), wg64_max_rows_env());
+      wg = ch.wgmma && sm90_eligible(ex);
+      bm = ch.bm;
     }
     if (wg) {
       const Sm90Operands op(ex);
-      bm = (!op.wq && !op.i8 && wgmma_rows64(rows_per_expert, ex.num_experts)) ? 64 : 128;
       cap = align_capacity(static_cast<int>(numel), ex.num_experts, bm);
       sorted = cv.take<int32_t>(cap);
       eids = cv.take<int32_t>(cap / bm);

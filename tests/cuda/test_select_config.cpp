@@ -165,5 +165,42 @@ TEST(SelectDecode, FillSplitsOnlyShortGrids) {
   EXPECT_EQ(select_decode(dprob(1, 1, 4, 64, 1024, WFmt::k16, 1 << 30), true).splits, 2);  // 16 k-tiles
 }
 
+// The Hopper path's choice (select_sm90): from 17 rows per expert, from 16 for 16-bit / fp8 weights
+// with at most 16 experts, fp4 units from 33; 64-row M-blocks for 16-bit / fp8 up to 40 rows (64 with
+// >= 64 experts); the overrides replace the rules.
+TEST(SelectSm90, RowsPerExpertThresholds) {
+  // mixtral-8x7b M = 64 (16 rows, 8 experts) and llama4-scout M = 256 (16 rows, 16 experts)
+  EXPECT_TRUE(select_sm90(16, 8, Sm90Kind::kPlain).wgmma);
+  EXPECT_TRUE(select_sm90(16, 16, Sm90Kind::kPlain).wgmma);
+  EXPECT_EQ(select_sm90(16, 16, Sm90Kind::kPlain).bm, 64);
+  EXPECT_FALSE(select_sm90(15, 8, Sm90Kind::kPlain).wgmma);
+  // qwen3-30b-a3b M = 256 (16 rows, 128 experts): the 16-row tile stays
+  EXPECT_FALSE(select_sm90(16, 128, Sm90Kind::kPlain).wgmma);
+  EXPECT_TRUE(select_sm90(17, 128, Sm90Kind::kPlain).wgmma);
+  // quantized-weight kernels: 17 whatever the expert count; fp4 units 33
+  EXPECT_FALSE(select_sm90(16, 8, Sm90Kind::kWq).wgmma);
+  EXPECT_TRUE(select_sm90(17, 8, Sm90Kind::kWq).wgmma);
+  EXPECT_FALSE(select_sm90(16, 8, Sm90Kind::kInt8).wgmma);
+  EXPECT_FALSE(select_sm90(32, 8, Sm90Kind::kFp4).wgmma);
+  EXPECT_TRUE(select_sm90(33, 8, Sm90Kind::kFp4).wgmma);
+  // M-blocks: 64 rows for plain weights up to 40 rows, up to 64 with >= 64 experts; else 128
+  EXPECT_EQ(select_sm90(40, 8, Sm90Kind::kPlain).bm, 64);
+  EXPECT_EQ(select_sm90(41, 8, Sm90Kind::kPlain).bm, 128);
+  EXPECT_EQ(select_sm90(64, 64, Sm90Kind::kPlain).bm, 64);
+  EXPECT_EQ(select_sm90(64, 63, Sm90Kind::kPlain).bm, 128);
+  EXPECT_EQ(select_sm90(65, 256, Sm90Kind::kPlain).bm, 128);
+  EXPECT_EQ(select_sm90(32, 256, Sm90Kind::kWq).bm, 128);
+  EXPECT_EQ(select_sm90(32, 256, Sm90Kind::kInt8).bm, 128);
+  EXPECT_EQ(select_sm90(32, 256, Sm90Kind::kFp4).bm, 128);
+}
+
+TEST(SelectSm90, OverridesReplaceTheRules) {
+  EXPECT_TRUE(select_sm90(1, 128, Sm90Kind::kPlain, 1).wgmma);
+  EXPECT_FALSE(select_sm90(20, 8, Sm90Kind::kPlain, 21).wgmma);
+  EXPECT_FALSE(select_sm90(20, 8, Sm90Kind::kFp4, 5).wgmma);  // fp4 never below 33
+  EXPECT_EQ(select_sm90(32, 8, Sm90Kind::kPlain, 0, 0).bm, 128);  // 64-row blocks off
+  EXPECT_EQ(select_sm90(100, 8, Sm90Kind::kPlain, 0, 128).bm, 64);
+}
+
 }  // namespace
 }  // namespace qmoe::cuda

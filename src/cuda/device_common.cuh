@@ -276,6 +276,35 @@ __device__ __forceinline__ float e4m3_value(uint8_t c) {
   return __half2float(__half(__nv_cvt_fp8_to_halfraw(c, __NV_E4M3)));
 }
 __device__ __forceinline__ float round_e4m3_sat(float v) { return e4m3_value(to_e4m3(v)); }
+// e4m3 codes (saturating, round to nearest even) of 8 values, two per conversion instruction:
+// the same codes as to_e4m3 value by value (cvt.rn.satfinite.e4m3x2.f32).
+__device__ __forceinline__ uint2 e4m3_codes8_x2(const float (&q)[8]) {
+  uint32_t w[2];
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    const uint32_t lo = __nv_cvt_float2_to_fp8x2(make_float2(q[4 * h], q[4 * h + 1]), __NV_SATFINITE, __NV_E4M3);
+    const uint32_t hi = __nv_cvt_float2_to_fp8x2(make_float2(q[4 * h + 2], q[4 * h + 3]), __NV_SATFINITE, __NV_E4M3);
+    w[h] = (lo & 0xFFFFu) | (hi << 16);
+  }
+  return make_uint2(w[0], w[1]);
+}
+// x / s rounded to nearest as the reference's division, without the division's per-element slow
+// path (which kept the quantizing gathers from overlapping elements: ~70-80 us per gather at
+// qwen3-30b-a3b M = 4096): y = RN(1 / s) once per row, q0 = RN(x y), r = x - q0 s exactly (fma), q =
+// RN(q0 + r y) is the correctly rounded quotient when y = RN(1 / s) and nothing over- or underflows
+// (Markstein; Muller et al., Handbook of Floating-Point Arithmetic, the division theorems). Callers
+// keep s in [2^-100, 2^100] (else they divide); a quotient past 2^13 is returned as q0 (either
+// saturates e4m3 / int8 the same way), and one below 2^-126 rounds to a zero code either way.
+struct RowDiv {
+  float s, y;
+  __device__ __forceinline__ explicit RowDiv(float s_) : s(s_), y(1.f / s_) {}  // IEEE: RN(1 / s)
+  __device__ __forceinline__ static bool safe(float s_) { return s_ >= 0x1p-100f && s_ <= 0x1p100f; }
+  __device__ __forceinline__ float operator()(float x) const {
+    const float q0 = x * y;
+    const float q = fmaf(fmaf(-q0, s, x), y, q0);  // x = -0: +0 here, hence the sign of q0
+    return fabsf(q0) > 8192.f ? q0 : copysignf(q, q0);
+  }
+};
 // e4m3 codes of 8 values as 8 bytes (v already divided by the scale).
 __device__ __forceinline__ uint2 e4m3_codes8(const float (&q)[8]) {
   uint32_t lo = 0, hi = 0;
@@ -381,20 +410,37 @@ __device__ __forceinline__ float row_max(float v, float* red) {
 }
 // One row held by WPR warps (warp_row_chunks): copied (quant 0: store(c, values)) or quantized
 // to e4m3 (quant 1: per-token scale from the row's absmax, a first pass; 2: per 1x128 group, one
-// pass; 3: the given static scale s), store(c, e4m3 values) per chunk and scale(g, s) once per
-// scale group by one thread. The values as act_prep_kernel / the reference compute them
-// (numerics.md: s = max(amax, 1e-10) / 448, q = e4m3_satfinite(x / s)). red: 4 floats of shared
-// scratch (row_max).
-template <class Op, int WPR, class Store, class Scale>
+// pass; 3: the given static scale s), scale(g, s) once per scale group by one thread. CODES: the
+// quantized chunks go to store(c, uint2 of 8 e4m3 codes), else to store(c, their 8 e4m3 values).
+// The values as act_prep_kernel / the reference compute them (numerics.md: s = max(amax, 1e-10) /
+// 448, q = e4m3_satfinite(x / s), the division correctly rounded: RowDiv). red: 4 floats of
+// shared scratch (row_max).
+template <class Op, int WPR, bool CODES, class Store, class Scale>
 __device__ __forceinline__ void warp_row_quant(const typename Op::T* src, int nch, bool w_on, float w, int quant,
                                                float s, float* red, Store&& store, Scale&& scale) {
   const int tr = threadIdx.x & (32 * WPR - 1);
   if (quant == 0) {
-    warp_row_chunks<Op, WPR>(src, nch, w_on, w, [&](int c, const float (&v)[8]) {
-      if (c < nch) store(c, v);
-    });
+    if constexpr (!CODES)
+      warp_row_chunks<Op, WPR>(src, nch, w_on, w, [&](int c, const float (&v)[8]) {
+        if (c < nch) store(c, v);
+      });
     return;
   }
+  // 8 quotients -> codes or values
+  auto emit = [&](int c, float (&q)[8]) {
+    const uint2 codes = e4m3_codes8_x2(q);
+    if constexpr (CODES) {
+      store(c, codes);
+    } else {
+      float v[8];
+      const uint32_t cw[2] = {codes.x, codes.y};
+#pragma unroll
+      for (int h = 0; h < 2; ++h)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) v[4 * h + j] = e4m3_value(static_cast<uint8_t>(cw[h] >> (8 * j)));
+      store(c, v);
+    }
+  };
   if (quant == 1 || quant == 3) {
     if (quant == 1) {  // first pass: the row's absmax
       float mx = 0.f;
@@ -404,12 +450,14 @@ __device__ __forceinline__ void warp_row_quant(const typename Op::T* src, int nc
       });
       s = fmaxf(row_max<WPR>(mx, red), 1e-10f) / 448.f;
     }
+    const RowDiv div(s);
+    const bool fast = RowDiv::safe(s);
     warp_row_chunks<Op, WPR>(src, nch, w_on, w, [&](int c, const float (&v)[8]) {
-      if (c >= nch) return;  // no divisions for absent chunks (0 / s takes the slow path)
+      if (c >= nch) return;
       float q[8];
 #pragma unroll
-      for (int j = 0; j < 8; ++j) q[j] = round_e4m3_sat(v[j] / s);
-      store(c, q);
+      for (int j = 0; j < 8; ++j) q[j] = fast ? div(v[j]) : v[j] / s;
+      emit(c, q);
     });
     if (tr == 0) scale(0, s);
     return;
@@ -421,10 +469,12 @@ __device__ __forceinline__ void warp_row_quant(const typename Op::T* src, int nc
     for (int j = 0; j < 8; ++j) mx = fmaxf(mx, fabsf(v[j]));
     const float sg = fmaxf(halfwarp_max(mx), 1e-10f) / 448.f;  // every lane: the shuffles
     if (c >= nch) return;
+    const RowDiv div(sg);
+    const bool fast = RowDiv::safe(sg);
     float q[8];
 #pragma unroll
-    for (int j = 0; j < 8; ++j) q[j] = round_e4m3_sat(v[j] / sg);
-    store(c, q);
+    for (int j = 0; j < 8; ++j) q[j] = fast ? div(v[j]) : v[j] / sg;
+    emit(c, q);
     if (c % 16 == 0) scale(c / 16, sg);
   });
 }

@@ -486,7 +486,7 @@ __global__ void __launch_bounds__(128) act_prep_warp_kernel(const ActPrep p) {
   if (!row_static_scale(p, r, s)) return;  // slot of another rank's expert: never read
   const bool w_on = p.topk_w != nullptr;
   uint4* dst = reinterpret_cast<uint4*>(static_cast<T*>(p.a) + r * p.cols);  // 16-bit either way
-  warp_row_quant<Op, WPR>(
+  warp_row_quant<Op, WPR, false>(
       static_cast<const T*>(p.x) + tok * p.ldx, nch, w_on, w_on ? p.topk_w[r] : 1.f, p.quant, s, red,
       [&](int c, const float (&q)[8]) { dst[c] = act_chunk<T>(p, q); },
       [&](int g, float sg) { p.scales[r * p.groups + g] = sg; });

@@ -29,6 +29,8 @@
 
 #include "common/cuda_moe_cases.h"
 #include "common/tensor_check.h"
+#include "core/codecs.h"
+#include "cpu/ref/act_quant.h"
 #include "cpu/ref/quantize.h"
 #include "cpu/ref/reference.h"
 #include "cuda/cuda_moe.h"
@@ -403,6 +405,86 @@ TEST(CudaSm90, TailBlocksAtTheOneWarpgroupBoundary) {
     Tensor x = test::random_tensor(w.act_dtype, {m, H}, 510 + ci);
     Tensor want = ref::reference_forward_routed(w, config(E, 1), nullptr, x, r.w, r.ids);
     expect_close(run_device(ex, nullptr, x, r, false), want, tol, str(c.name, " (", kern, ")"));
+  }
+}
+
+// The Hopper gather's fp8 activation quantization (sm90_gather_warp_kernel: per token, per 1x128
+// group, static) against the reference's (cpu/ref/act_quant.cpp) bit for bit: every e4m3 code and
+// every scale. Rows of very different magnitudes (1e-30 .. 1e30, all zeros, values that land on
+// e4m3 rounding ties), a row length held by one warp (2048) and one held by four (7176, odd
+// 128-column groups); the division x / s is the reference's correctly rounded one (RowDiv).
+TEST(CudaSm90, GatherQuantizesBitForBitAsTheReference) {
+  SKIP_WITHOUT_GPU();
+  if (!cuda::sm90_available())
+    GTEST_SKIP() << "not an sm_90 device (or QMOE_CUDA_WGMMA=0): the Hopper path does not run here";
+  const int R = 37;
+  for (int K : {2048, 7176}) {
+    std::mt19937_64 rng(900 + K);
+    std::vector<uint16_t> xb(static_cast<size_t>(R) * K);
+    for (int r = 0; r < R; ++r) {
+      const double mag = r == 0 ? 0.0 : r == 1 ? 1e-30 : r == 2 ? 1e30 : std::pow(10.0, std::uniform_real_distribution<double>(-6, 6)(rng));
+      for (int k = 0; k < K; ++k) {
+        float v = static_cast<float>(mag * std::normal_distribution<double>(0, 1)(rng));
+        if (r == 3 && k % 7 == 0) v = 448.f * (k % 2 ? 1.f : -1.f) / 2.f + 1.f;  // multiples near the max
+        if (r == 4) v = (k % 2 ? 1.f : -1.f) * (1.f + (k % 16) / 16.f) * 0.0625f;  // exact e4m3 values and ties
+        xb[static_cast<size_t>(r) * K + k] = codec::f32_to_bf16(v);
+      }
+    }
+    std::vector<int32_t> ids(R);
+    std::iota(ids.begin(), ids.end(), 0);
+    const int32_t npost = R;
+    const int32_t eid0 = 0;
+    const float s_static = 0.0173f;
+    DevBuf dx = up(xb.data(), xb.size() * 2), dids = up(ids.data(), R * 4), dn = up(&npost, 4), de = up(&eid0, 4),
+           dsc = up(&s_static, 4);
+    for (int quant : {1, 2, 3}) {
+      const int groups = quant == 2 ? (K + 127) / 128 : 1;
+      DevBuf dout(static_cast<size_t>(R) * K), dscale(static_cast<size_t>(R) * groups * 4);
+      cudaMemset(dout.ptr, 0x5A, dout.bytes);
+      cudaMemset(dscale.ptr, 0x7F, dscale.bytes);
+      cuda::Sm90Gather g;
+      g.x = dx.ptr;
+      g.ldx = K;
+      g.cols = K;
+      g.by_sorted = 0;
+      g.sorted_ids = dids.as<int32_t>();
+      g.expert_ids = de.as<int32_t>();
+      g.block = 128;
+      g.num_post = dn.as<int32_t>();
+      g.numel = R;
+      g.rows = R;
+      g.quant = quant;
+      g.in_scale = dsc.as<float>();
+      g.out = dout.ptr;
+      g.out_pitch = K;
+      g.scales = dscale.as<float>();
+      g.groups = groups;
+      cuda::launch_sm90_gather(false, g, nullptr);
+      ck(cudaDeviceSynchronize());
+      std::vector<uint8_t> got(dout.bytes);
+      std::vector<float> gs(static_cast<size_t>(R) * groups);
+      cudaMemcpy(got.data(), dout.ptr, got.size(), cudaMemcpyDeviceToHost);
+      cudaMemcpy(gs.data(), dscale.ptr, gs.size() * 4, cudaMemcpyDeviceToHost);
+      std::vector<float> row(K);
+      std::vector<uint8_t> want(K);
+      std::vector<float> ws(groups);
+      int bad = 0;
+      for (int r = 0; r < R; ++r) {
+        for (int k = 0; k < K; ++k) row[k] = codec::bf16_to_f32(xb[static_cast<size_t>(r) * K + k]);
+        if (quant == 1) ws[0] = ref::quantize_fp8_token(row.data(), K, want.data());
+        else if (quant == 2) ref::quantize_fp8_group128(row.data(), K, want.data(), ws.data());
+        else ref::quantize_fp8_static(row.data(), K, s_static, want.data()), ws[0] = s_static;
+        for (int k = 0; k < K && bad < 8; ++k)
+          if (got[static_cast<size_t>(r) * K + k] != want[k]) {
+            ++bad;
+            ADD_FAILURE() << "K " << K << " quant " << quant << " row " << r << " col " << k << ": code "
+                          << int(got[static_cast<size_t>(r) * K + k]) << ", reference " << int(want[k]) << " (x = " << row[k] << ")";
+          }
+        for (int gi = 0; gi < groups; ++gi)
+          ASSERT_EQ(gs[static_cast<size_t>(r) * groups + gi], ws[gi]) << "K " << K << " quant " << quant << " row " << r << " group " << gi;
+      }
+      EXPECT_EQ(bad, 0) << "K " << K << " quant " << quant;
+    }
   }
 }
 

@@ -71,6 +71,14 @@ Tol tol_for(const ExpertWeights& w, const std::string& kernels = "") {
   return t;
 }
 
+// Appends a case named n whose scheme is the default SchemeSpec edited by f.
+template <class F>
+void add_case(std::vector<Case>& v, std::string n, F f) {
+  ref::SchemeSpec sp;
+  f(sp);
+  v.push_back({std::move(n), sp});
+}
+
 // The weights dequantized exactly and rounded to the activation dtype, as unquantized weights.
 ExpertWeights rounded_dense(const ExpertWeights& w) {
   ExpertWeights d;
@@ -274,11 +282,7 @@ TEST(CudaSm90, PrefillPathIsTakenAndMatchesReference) {
   if (!cuda::sm90_available())
     GTEST_SKIP() << "not an sm_90 device (or QMOE_CUDA_WGMMA=0): the Hopper path does not run here";
   std::vector<Case> cases;
-  auto add = [&](std::string n, auto f) {
-    ref::SchemeSpec sp;
-    f(sp);
-    cases.push_back({std::move(n), sp});
-  };
+  auto add = [&](std::string n, auto f) { add_case(cases, std::move(n), f); };
   add("bf16", [](auto&) {});
   add("fp16", [](auto& sp) { sp.act_dtype = DType::kF16; sp.weight_dtype = DType::kF16; });
   add("fp8_tensor_static", [](auto& sp) {
@@ -381,11 +385,7 @@ TEST(CudaSm90, TailBlocksAtTheOneWarpgroupBoundary) {
     r.w.data_mut<float>()[t] = std::uniform_real_distribution<float>(0.05f, 1.f)(rng);
   }
   std::vector<Case> cases;
-  auto add = [&](std::string n, auto f) {
-    ref::SchemeSpec sp;
-    f(sp);
-    cases.push_back({std::move(n), sp});
-  };
+  auto add = [&](std::string n, auto f) { add_case(cases, std::move(n), f); };
   add("bf16", [](auto&) {});
   add("fp8_channel_token", [](auto& sp) {
     sp.kind = SchemeKind::kFP8W8A8; sp.fp8_strategy = Strategy::kChannel; sp.act = ActQuant::kFP8Token; });

@@ -4,6 +4,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
+
+#include "cuda/row_div.h"
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -288,23 +290,6 @@ __device__ __forceinline__ uint2 e4m3_codes8_x2(const float (&q)[8]) {
   }
   return make_uint2(w[0], w[1]);
 }
-// x / s rounded to nearest as the reference's division, without the division's per-element slow
-// path (which kept the quantizing gathers from overlapping elements: ~70-80 us per gather at
-// qwen3-30b-a3b M = 4096): y = RN(1 / s) once per row, q0 = RN(x y), r = x - q0 s exactly (fma), q =
-// RN(q0 + r y) is the correctly rounded quotient when y = RN(1 / s) and nothing over- or underflows
-// (Markstein; Muller et al., Handbook of Floating-Point Arithmetic, the division theorems). Callers
-// keep s in [2^-100, 2^100] (else they divide); a quotient past 2^13 is returned as q0 (either
-// saturates e4m3 / int8 the same way), and one below 2^-126 rounds to a zero code either way.
-struct RowDiv {
-  float s, y;
-  __device__ __forceinline__ explicit RowDiv(float s_) : s(s_), y(1.f / s_) {}  // IEEE: RN(1 / s)
-  __device__ __forceinline__ static bool safe(float s_) { return s_ >= 0x1p-100f && s_ <= 0x1p100f; }
-  __device__ __forceinline__ float operator()(float x) const {
-    const float q0 = x * y;
-    const float q = fmaf(fmaf(-q0, s, x), y, q0);  // x = -0: +0 here, hence the sign of q0
-    return fabsf(q0) > 8192.f ? q0 : copysignf(q, q0);
-  }
-};
 // e4m3 codes of 8 values as 8 bytes (v already divided by the scale).
 __device__ __forceinline__ uint2 e4m3_codes8(const float (&q)[8]) {
   uint32_t lo = 0, hi = 0;

@@ -4,8 +4,6 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
-
-#include "cuda/row_div.h"
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -13,6 +11,7 @@
 
 #include "core/codecs.h"
 #include "cuda/config.h"
+#include "cuda/row_div.h"
 #include "qmoe/error.h"
 
 #define QMOE_CUDA_OK(expr)                                                                       \

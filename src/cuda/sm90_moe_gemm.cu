@@ -17,11 +17,11 @@
 #include <cuda.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <mutex>
 #include <type_traits>
 #include <vector>
-#include <cstdio>
 
 #include "cuda/device_common.cuh"
 #include "cuda/fp4_ops.cuh"

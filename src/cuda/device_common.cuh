@@ -279,7 +279,7 @@ __device__ __forceinline__ float e4m3_value(uint8_t c) {
 __device__ __forceinline__ float round_e4m3_sat(float v) { return e4m3_value(to_e4m3(v)); }
 // e4m3 codes (saturating, round to nearest even) of 8 values, two per conversion instruction:
 // the same codes as to_e4m3 value by value (cvt.rn.satfinite.e4m3x2.f32).
-__device__ __forceinline__ uint2 e4m3_codes8_x2(const float (&q)[8]) {
+__device__ __forceinline__ uint2 e4m3_codes8(const float (&q)[8]) {
   uint32_t w[2];
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -288,16 +288,6 @@ __device__ __forceinline__ uint2 e4m3_codes8_x2(const float (&q)[8]) {
     w[h] = (lo & 0xFFFFu) | (hi << 16);
   }
   return make_uint2(w[0], w[1]);
-}
-// e4m3 codes of 8 values as 8 bytes (v already divided by the scale).
-__device__ __forceinline__ uint2 e4m3_codes8(const float (&q)[8]) {
-  uint32_t lo = 0, hi = 0;
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    lo |= static_cast<uint32_t>(to_e4m3(q[j])) << (8 * j);
-    hi |= static_cast<uint32_t>(to_e4m3(q[4 + j])) << (8 * j);
-  }
-  return make_uint2(lo, hi);
 }
 
 // ---- activation rows in registers (act_prep, the Hopper gather) --------------------------------------
@@ -412,7 +402,7 @@ __device__ __forceinline__ void warp_row_quant(const typename Op::T* src, int nc
   }
   // 8 quotients -> codes or values
   auto emit = [&](int c, float (&q)[8]) {
-    const uint2 codes = e4m3_codes8_x2(q);
+    const uint2 codes = e4m3_codes8(q);
     if constexpr (CODES) {
       store(c, codes);
     } else {

@@ -5,7 +5,7 @@
 //
 // Data flow of one set of experts:
 //   sm90_gather: x (token rows) -> A[pos] in the order of moe_align's sorted ids (rows of one
-//     expert contiguous; padding rows are not written, sm90_gather_warp_kernel): operand-dtype rows, or e4m3 codes + fp32 scales per
+//     expert contiguous; padding rows are not written): operand-dtype rows, or e4m3 codes + fp32 scales per
 //     position (per token, per 1x128 group, or the expert's static scale);
 //   GEMM1 (stage 1): h[pos] = act(A[pos] . w13[e]^T (+ b13)) for every position of the M-block;
 //   (fp8: sm90_gather again, identity order: h -> e4m3 codes + scales)

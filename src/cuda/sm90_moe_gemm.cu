@@ -879,16 +879,17 @@ __global__ void __launch_bounds__(128) sm90_gather_warp_kernel(const Sm90Gather 
   const bool codes = p.quant != 0 && !p.out16;  // e4m3 bytes, else 16-bit values
   const int64_t srow = p.by_sorted ? sid / p.row_div : pos;
   const bool w_on = p.topk_w != nullptr;
+  const float w = w_on ? p.topk_w[sid] : 1.f;
   const float s_static = p.quant == 3 ? p.in_scale[p.expert_ids[pos / p.block]] : 1.f;
   auto scale = [&](int g, float sg) { p.scales[static_cast<size_t>(pos) * p.groups + g] = sg; };
   const T* src = static_cast<const T*>(p.x) + srow * p.ldx;
   if (codes) {
     uint2* row = reinterpret_cast<uint2*>(static_cast<uint8_t*>(p.out) + static_cast<size_t>(pos) * p.out_pitch);
-    warp_row_quant<Op, WPR, true>(src, nch, w_on, w_on ? p.topk_w[sid] : 1.f, p.quant, s_static, red,
+    warp_row_quant<Op, WPR, true>(src, nch, w_on, w, p.quant, s_static, red,
                                   [&](int c, uint2 v) { row[c] = v; }, scale);
   } else {
     uint4* row = reinterpret_cast<uint4*>(static_cast<T*>(p.out) + static_cast<size_t>(pos) * p.out_pitch);
-    warp_row_quant<Op, WPR, false>(src, nch, w_on, w_on ? p.topk_w[sid] : 1.f, p.quant, s_static, red,
+    warp_row_quant<Op, WPR, false>(src, nch, w_on, w, p.quant, s_static, red,
                                    [&](int c, const float (&q)[8]) { row[c] = pack8<T>(q); }, scale);
   }
 }

@@ -71,6 +71,14 @@ Tol tol_for(const ExpertWeights& w, const std::string& kernels = "") {
   return t;
 }
 
+// The Hopper-path tests run only where it does (an sm_90 device, QMOE_CUDA_WGMMA not 0) and say
+// so elsewhere, as SKIP_WITHOUT_GPU does without a GPU.
+#define SKIP_WITHOUT_SM90()                                                                          \
+  do {                                                                                               \
+    if (!cuda::sm90_available())                                                                     \
+      GTEST_SKIP() << "not an sm_90 device (or QMOE_CUDA_WGMMA=0): the Hopper path does not run here"; \
+  } while (0)
+
 // Appends a case named n whose scheme is the default SchemeSpec edited by f.
 template <class F>
 void add_case(std::vector<Case>& v, std::string n, F f) {
@@ -279,8 +287,7 @@ TEST(CudaMoeEdges, ManyExpertsPrefill) {
 // path runs (per-tensor static, per-channel x per-token, 128-row blocks x 1x128 groups).
 TEST(CudaSm90, PrefillPathIsTakenAndMatchesReference) {
   SKIP_WITHOUT_GPU();
-  if (!cuda::sm90_available())
-    GTEST_SKIP() << "not an sm_90 device (or QMOE_CUDA_WGMMA=0): the Hopper path does not run here";
+  SKIP_WITHOUT_SM90();
   std::vector<Case> cases;
   auto add = [&](std::string n, auto f) { add_case(cases, std::move(n), f); };
   add("bf16", [](auto&) {});
@@ -370,8 +377,7 @@ TEST(CudaSm90, PrefillPathIsTakenAndMatchesReference) {
 // are shuffled so an expert's rows are not contiguous tokens.
 TEST(CudaSm90, TailBlocksAtTheOneWarpgroupBoundary) {
   SKIP_WITHOUT_GPU();
-  if (!cuda::sm90_available())
-    GTEST_SKIP() << "not an sm_90 device (or QMOE_CUDA_WGMMA=0): the Hopper path does not run here";
+  SKIP_WITHOUT_SM90();
   const std::vector<int> counts = {64, 65, 192, 193, 1, 0};
   const int E = static_cast<int>(counts.size()), H = 264, I = 136;
   const int64_t m = std::accumulate(counts.begin(), counts.end(), int64_t{0});
@@ -415,8 +421,7 @@ TEST(CudaSm90, TailBlocksAtTheOneWarpgroupBoundary) {
 // 128-column groups); the division x / s is the reference's correctly rounded one (RowDiv).
 TEST(CudaSm90, GatherQuantizesBitForBitAsTheReference) {
   SKIP_WITHOUT_GPU();
-  if (!cuda::sm90_available())
-    GTEST_SKIP() << "not an sm_90 device (or QMOE_CUDA_WGMMA=0): the Hopper path does not run here";
+  SKIP_WITHOUT_SM90();
   const int R = 37;
   for (int K : {2048, 7176}) {
     std::mt19937_64 rng(900 + K);

@@ -9,8 +9,10 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <string>
 #include <vector>
 
+#include "cuda/sm90_sync.cuh"    // mbarriers and bulk copies (the decode kernel's ring)
 #include "cuda/stream_read.cuh"  // the bench's read kernel
 
 #define CK(x)                                                                              \
@@ -42,12 +44,67 @@ __global__ void empty_kernel(int* sink, int v) {
   if (v == 12345 && threadIdx.x == 0) *sink = v;
 }
 
+// The bulk-decode kernel's stream without its math (`gpu_ceiling ring`): items of two columns of
+// col_bytes each (a 32-row tile of one expert over K), one producer lane bulk-copying both columns
+// stage by stage into a `stages`-deep ring, 8 consumer warps releasing each stage. Items go to the
+// blocks as contiguous shares (the decode kernel's order: the blocks read far-apart regions at
+// once) or interleaved (item i to block i % blocks: the blocks read neighbouring items at once).
+__global__ void __launch_bounds__(288) ring_read_kernel(const uint8_t* __restrict__ base, int items, int col_bytes,
+                                                        int stage_col, int stages, int interleave, unsigned* sink) {
+#if QMOE_SM90A
+  using namespace qmoe::cuda::dev;
+  extern __shared__ __align__(128) uint8_t smem[];
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem + stages * 2 * stage_col);
+  uint64_t* empty = full + stages;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  if (tid == 0) {
+    for (int s = 0; s < stages; ++s) {
+      mbar_init(&full[s], 1);
+      mbar_init(&empty[s], 8);
+    }
+    mbar_init_fence();
+  }
+  __syncthreads();
+  const int B = gridDim.x, b = blockIdx.x;
+  const int i0 = interleave ? b : static_cast<int>(static_cast<int64_t>(b) * items / B);
+  const int i1 = interleave ? items : static_cast<int>(static_cast<int64_t>(b + 1) * items / B);
+  const int di = interleave ? B : 1;
+  const int nst = col_bytes / stage_col;
+  int slot = 0;
+  uint32_t ph = 0;
+  if (warp == 8) {
+    if (lane == 0)
+      for (int it = i0; it < i1; it += di)
+        for (int st = 0; st < nst; ++st) {
+          mbar_wait(&empty[slot], ph ^ 1u);
+          mbar_expect_tx(&full[slot], 2 * stage_col);
+          const uint8_t* src = base + static_cast<size_t>(it) * 2 * col_bytes + static_cast<size_t>(st) * stage_col;
+          bulk_load(smem + slot * 2 * stage_col, src, stage_col, &full[slot]);
+          bulk_load(smem + slot * 2 * stage_col + stage_col, src + col_bytes, stage_col, &full[slot]);
+          if (++slot == stages) { slot = 0; ph ^= 1u; }
+        }
+    return;
+  }
+  unsigned acc = 0;
+  for (int it = i0; it < i1; it += di)
+    for (int st = 0; st < nst; ++st) {
+      mbar_wait(&full[slot], ph);
+      acc ^= reinterpret_cast<const unsigned*>(smem + slot * 2 * stage_col)[(warp * 32 + lane) & (stage_col / 4 - 1)];
+      __syncwarp();
+      if (lane == 0) mbar_arrive(&empty[slot]);
+      if (++slot == stages) { slot = 0; ph ^= 1u; }
+    }
+  if (acc == 0x12345678u) *sink = acc;
+#endif
+}
+
 static float median(std::vector<float> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
 }
 
-int main() {
+int main(int argc, char** argv) {
+  const bool ring = argc > 1 && std::string(argv[1]) == "ring";
   int sms = 0;
   CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   const size_t big = size_t(4) << 30;
@@ -81,6 +138,37 @@ int main() {
   };
 
   std::printf("device SMs %d\n", sms);
+
+  if (ring) {  // the decode kernel's stream without math: order x ring depth x blocks per SM
+    std::printf("| bytes MB | col KB | order | stages x stage KB | blocks/SM | us | TB/s |\n|---:|---:|---|---|---:|---:|---:|\n");
+    struct Cfg { double mb; int col_kb; };
+    for (Cfg c : {Cfg{1880, 128}, Cfg{940, 96}, Cfg{50, 64}, Cfg{25, 24}, Cfg{400, 128}})
+      for (int stage_kb : {8, 16})
+        for (int stages : {2, 4})
+          for (int bps : {2, 3})
+            for (int il = 0; il < 2; ++il) {
+              const int col = c.col_kb * 1024, sc = stage_kb * 1024;
+              if (col % sc) continue;
+              const int smem = stages * 2 * sc + 256;
+              if (bps * (smem + 1024) > 228 * 1024) continue;
+              const int items = static_cast<int>(c.mb * 1e6 / (2.0 * col));
+              CK(cudaFuncSetAttribute(ring_read_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+              cudaGraph_t g;
+              CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+              ring_read_kernel<<<sms * bps, 288, smem, s>>>(buf, items, col, sc, stages, il, sink);
+              CK(cudaStreamEndCapture(s, &g));
+              cudaGraphExec_t ge;
+              CK(cudaGraphInstantiate(&ge, g, 0));
+              float us = 0;
+              if (time_graph(ge, 25, &us)) return 1;
+              const double bytes = 2.0 * col * items;
+              std::printf("| %.0f | %d | %s | %d x %d | %d | %.2f | %.2f |\n", bytes / 1e6, c.col_kb,
+                          il ? "interleaved" : "contiguous", stages, 2 * stage_kb, bps, us, bytes / us / 1e6);
+              cudaGraphExecDestroy(ge);
+              cudaGraphDestroy(g);
+            }
+    return 0;
+  }
   std::printf("| bytes MB | kernel | blocks x threads | us | TB/s |\n|---:|---|---|---:|---:|\n");
   const double sizes_mb[] = {4.4 * 4.45, 19, 50, 88, 117, 176, 400, 1000, 4096};
   for (double mb : sizes_mb) {

@@ -33,8 +33,8 @@
 // bench hooks; --backend cuda then says so instead of failing at link time.
 namespace qmoe::detail {
 bool cuda_device_available(std::string* why) __attribute__((weak));
-DeviceCeilings cuda_measure_ceilings() __attribute__((weak));
-BenchResult cuda_bench(const BenchProblem& p, int warmup, int iters) __attribute__((weak));
+DeviceCeilings cuda_measure_ceilings(double settle_ms) __attribute__((weak));
+BenchResult cuda_bench(const BenchProblem& p, int warmup, int iters, double settle_ms) __attribute__((weak));
 }  // namespace qmoe::detail
 #endif
 
@@ -138,6 +138,7 @@ struct Opts {
   std::vector<std::string> shapes;
   std::string ms, schemes, json, plot;
   int iters = 5, warmup = 1;
+  double settle_ms = 300;
   double max_mem_gb = 0;
   bool warm = false, cpu_time = false;
 };
@@ -192,14 +193,15 @@ int run_bench(const Opts& o) {
     if (!detail::cuda_device_available || !detail::cuda_measure_ceilings || !detail::cuda_bench)
       unsupported("bench --backend cuda: this build's CUDA backend has no bench hooks (dispatch/bench_hooks.h)");
     if (!detail::cuda_device_available(&why)) unsupported("bench --backend cuda: ", why);
-    detail::DeviceCeilings c = detail::cuda_measure_ceilings();
+    detail::DeviceCeilings c = detail::cuda_measure_ceilings(o.settle_ms);
     device = c.device;
     read_gbps = c.read_tbps * 1e3;
     bf16_gflops = c.bf16_tflops * 1e3;
     fp8_gflops = c.fp8_tflops * 1e3;
     int8_gops = c.int8_tops * 1e3;
-    std::printf("device: %s\nstreaming read: %.2f TB/s; copy %.2f TB/s; bf16 %.0f TFLOP/s; fp8 %.0f TFLOP/s; int8 %.0f TOP/s\n\n",
-                device.c_str(), c.read_tbps, c.copy_tbps, c.bf16_tflops, c.fp8_tflops, c.int8_tops);
+    std::printf("device: %s\nstreaming read: %.2f TB/s; copy %.2f TB/s; bf16 %.0f TFLOP/s; fp8 %.0f TFLOP/s; int8 %.0f TOP/s\n"
+                "(ceilings and rows timed after %.0f ms of untimed calls each: the card's sustained state)\n\n",
+                device.c_str(), c.read_tbps, c.copy_tbps, c.bf16_tflops, c.fp8_tflops, c.int8_tops, o.settle_ms);
 #else
     unsupported("bench --backend cuda: this build of qmoe has no CUDA backend (nvcc was not found at configure time)");
 #endif
@@ -268,7 +270,7 @@ int run_bench(const Opts& o) {
           p.apply_router_weight_on_input = sh.weight_on_input;
           ExpertWeights probe = bench_weights(sc, 1, 32, 32, 1);
           p.scheme = probe.scheme, p.group_size = probe.group_size, p.block = probe.block;
-          detail::BenchResult b = detail::cuda_bench(p, o.warmup, o.iters);
+          detail::BenchResult b = detail::cuda_bench(p, o.warmup, o.iters, o.settle_ms);
           r.us = b.us, r.us_min = b.us_min, r.note = b.kernel;
 #endif
         }
@@ -350,6 +352,11 @@ Registrar reg("bench", "time whole MoE layers on anchor shapes: us, TB/s, TFLOP/
   sub.add_option("--plot", o->plot, "write a PNG of % of floor per row");
   sub.add_option("--iters", o->iters, "timed calls per row (median reported)")->capture_default_str();
   sub.add_option("--warmup", o->warmup, "untimed calls per row")->capture_default_str();
+  sub.add_option("--settle-ms", o->settle_ms,
+                 "CUDA: untimed replays after --warmup until this much GPU time has passed, so the timed replays see "
+                 "the card's sustained state (clocks throttled under matrix load, the memory system's fast phase; "
+                 "docs/perf.md)")
+      ->capture_default_str();
   sub.add_flag("--warm", o->warm, "CPU: do not flush the caches before timed calls (kernel compute rate when the weights fit in cache)");
   sub.add_flag("--cpu-time", o->cpu_time, "CPU: time with the process CPU clock (meaningful with OMP_NUM_THREADS=1 on a busy machine)");
   sub.add_option("--max-mem-gb", o->max_mem_gb, "CPU: skip rows whose weights need more (default 60% of MemAvailable)");

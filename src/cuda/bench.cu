@@ -4,6 +4,12 @@
 // device string says which), and a whole-layer timing the way anchors.md timed its peers:
 // weights generated on the device, routing given (uniform random distinct expert ids), CUDA-graph
 // replays, L2 flushed before each replay (outside the timed region), median of the replays.
+// The timed replays come after the card has settled: on the H200 a row's first 15-60 replays of a
+// memory-bound (decode) layer ran 5-12% slower than every later one (an abrupt switch, not the
+// host: it stays with all replays queued), and matrix-bound (M >= 1024) rows ran 5-15% faster in
+// their first ~100 ms than in the sustained, power-capped state anchors.md measured its peers in
+// (SM clock ~1380 MHz under heavy matrix load). settle_ms of untimed replays (default 300) cover both.
+// All replays are queued without host synchronization; each has its own event pair.
 // The hooks are declared under QMOE_HAVE_CUDA, which the qmoe target defines for its users.
 #ifndef QMOE_HAVE_CUDA
 #define QMOE_HAVE_CUDA 1
@@ -13,6 +19,8 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <numeric>
 #include <random>
@@ -43,17 +51,38 @@ double median(std::vector<float> v) {
   return v.empty() ? 0.0 : v[v.size() / 2];
 }
 
-// Times fn() `iters` times with events; returns per-call ms (median).
+// Calls fn() in growing batches until settle_ms of GPU time have passed (see cuda_bench).
 template <class F>
-double time_ms(F fn, int warmup, int iters, cudaStream_t s, const std::function<void()>& between = {}) {
+void settle(F fn, double settle_ms, cudaStream_t s) {
+  cudaEvent_t a, b;
+  QMOE_CUDA_OK(cudaEventCreate(&a));
+  QMOE_CUDA_OK(cudaEventCreate(&b));
+  for (double done = 0, batch = 1; done < settle_ms;) {
+    QMOE_CUDA_OK(cudaEventRecord(a, s));
+    for (int i = 0; i < static_cast<int>(batch); ++i) fn();
+    QMOE_CUDA_OK(cudaEventRecord(b, s));
+    QMOE_CUDA_OK(cudaEventSynchronize(b));
+    float ms = 0;
+    QMOE_CUDA_OK(cudaEventElapsedTime(&ms, a, b));
+    done += ms;
+    batch = std::clamp(settle_ms / 8 / std::max(1e-3, static_cast<double>(ms) / batch), 1.0, 256.0);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+}
+
+// Times fn() `iters` times with events after `warmup` calls and settle_ms of calls; returns
+// per-call ms (median).
+template <class F>
+double time_ms(F fn, int warmup, int iters, cudaStream_t s, double settle_ms = 0) {
   for (int i = 0; i < warmup; ++i) fn();
+  settle(fn, settle_ms, s);
   QMOE_CUDA_OK(cudaStreamSynchronize(s));
   cudaEvent_t a, b;
   QMOE_CUDA_OK(cudaEventCreate(&a));
   QMOE_CUDA_OK(cudaEventCreate(&b));
   std::vector<float> ts;
   for (int i = 0; i < iters; ++i) {
-    if (between) between();
     QMOE_CUDA_OK(cudaEventRecord(a, s));
     fn();
     QMOE_CUDA_OK(cudaEventRecord(b, s));
@@ -116,7 +145,7 @@ struct Blas {
 };
 
 // Dense bf16 rate through cuBLAS, n^3, random data. 0 when cuBLAS is missing or fails.
-double cublas_bf16_tflops(const Blas& b, int n, cudaStream_t s) {
+double cublas_bf16_tflops(const Blas& b, int n, cudaStream_t s, double settle_ms) {
   if (!b.ok()) return 0;
   cublasHandle_t hd;
   if (b.create(&hd) != CUBLAS_STATUS_SUCCESS) return 0;
@@ -131,14 +160,14 @@ double cublas_bf16_tflops(const Blas& b, int n, cudaStream_t s) {
     st = b.gemm(hd, CUBLAS_OP_T, CUBLAS_OP_N, n, n, n, &alpha, A.ptr, CUDA_R_16BF, n, B.ptr, CUDA_R_16BF, n, &beta,
                 C.ptr, CUDA_R_16BF, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
   };
-  double ms = time_ms(fn, 3, 10, s);
+  double ms = time_ms(fn, 3, 10, s, settle_ms);
   if (st != CUBLAS_STATUS_SUCCESS) return 0;
   return 2.0 * n * n * n / (ms * 1e-3) / 1e12;
 }
 
 // Dense fp8 e4m3 (fp32 accumulation, bf16 out) or int8 (int32 accumulation and out) rate through
 // cuBLASLt, TN. 0 when unavailable.
-double cublaslt_rate(const Blas& b, int n, bool int8, cudaStream_t s) {
+double cublaslt_rate(const Blas& b, int n, bool int8, cudaStream_t s, double settle_ms) {
   if (!b.lt_ok()) return 0;
   cublasLtHandle_t hd;
   if (b.lt_create(&hd) != CUBLAS_STATUS_SUCCESS) return 0;
@@ -173,7 +202,7 @@ double cublaslt_rate(const Blas& b, int n, bool int8, cudaStream_t s) {
   auto fn = [&] {
     st = b.matmul(hd, desc, pa, A.ptr, la, B.ptr, lb, pb, C.ptr, lc, C.ptr, lc, &res.algo, W.ptr, ws_bytes, s);
   };
-  double ms = time_ms(fn, 3, 10, s);
+  double ms = time_ms(fn, 3, 10, s, settle_ms);
   if (st != CUBLAS_STATUS_SUCCESS) return 0;
   return 2.0 * n * n * n / (ms * 1e-3) / 1e12;
 }
@@ -197,7 +226,7 @@ double own_rate(bool fp8, cudaStream_t s) {
     p.scheme.weights.strategy = Strategy::kChannel;
     p.scheme.act = ActQuant::kFP8Token;
   }
-  BenchResult r = cuda_bench(p, 2, 5);
+  BenchResult r = cuda_bench(p, 2, 5, 0);
   return 6.0 * p.m * p.hidden * p.intermediate / (r.us * 1e-6) / 1e12;
 }
 
@@ -205,7 +234,7 @@ double own_rate(bool fp8, cudaStream_t s) {
 
 bool cuda_device_available(std::string* why) { return cuda::device_present(why); }
 
-DeviceCeilings cuda_measure_ceilings() {
+DeviceCeilings cuda_measure_ceilings(double settle_ms) {
   DeviceCeilings c;
   cudaDeviceProp prop{};
   QMOE_CUDA_OK(cudaGetDeviceProperties(&prop, 0));
@@ -219,17 +248,17 @@ DeviceCeilings cuda_measure_ceilings() {
       cuda::stream_read_kernel<<<prop.multiProcessorCount * 8, 512, 0, s>>>(buf.as<uint4>(), bytes / 16,
                                                                            sink.as<unsigned>());
     };
-    double ms = time_ms(read, 3, 10, s);
+    double ms = time_ms(read, 3, 10, s, settle_ms);
     c.read_tbps = bytes / (ms * 1e-3) / 1e12;
     const size_t half = bytes / 2;
     ms = time_ms([&] { QMOE_CUDA_OK(cudaMemcpyAsync(buf.as<char>() + half, buf.ptr, half, cudaMemcpyDeviceToDevice, s)); },
-                 3, 10, s);
+                 3, 10, s, settle_ms);
     c.copy_tbps = 2.0 * half / (ms * 1e-3) / 1e12;
   }
   Blas blas;
-  double bf = cublas_bf16_tflops(blas, 8192, s);
-  double f8 = cublaslt_rate(blas, 8192, false, s);
-  const double i8 = cublaslt_rate(blas, 8192, true, s);
+  double bf = cublas_bf16_tflops(blas, 8192, s, settle_ms);
+  double f8 = cublaslt_rate(blas, 8192, false, s, settle_ms);
+  const double i8 = cublaslt_rate(blas, 8192, true, s, settle_ms);
   std::string how;
   if (bf > 0) {
     c.bf16_tflops = bf;
@@ -256,7 +285,7 @@ DeviceCeilings cuda_measure_ceilings() {
   return c;
 }
 
-BenchResult cuda_bench(const BenchProblem& p, int warmup, int iters) {
+BenchResult cuda_bench(const BenchProblem& p, int warmup, int iters, double settle_ms) {
   BenchLayer L;
   QMOE_CUDA_OK(cudaStreamCreateWithFlags(&L.s, cudaStreamNonBlocking));
   const int E = p.num_experts, K = p.top_k, H = p.hidden, I = p.intermediate;
@@ -314,21 +343,31 @@ BenchResult cuda_bench(const BenchProblem& p, int warmup, int iters) {
   QMOE_CUDA_OK(cudaStreamEndCapture(L.s, &graph));
   QMOE_CUDA_OK(cudaGraphInstantiate(&exec, graph, 0));
   std::vector<float> ts;
-  cudaEvent_t e0, e1;
-  QMOE_CUDA_OK(cudaEventCreate(&e0));
-  QMOE_CUDA_OK(cudaEventCreate(&e1));
-  for (int i = 0; i < warmup + iters; ++i) {
-    QMOE_CUDA_OK(cudaMemsetAsync(L.flush.ptr, i & 0xFF, L.flush.bytes, L.s));  // evicts L2 (60 MB on H200)
-    QMOE_CUDA_OK(cudaEventRecord(e0, L.s));
+  int nrep = 0;  // replays so far (the flush pattern changes with each)
+  auto replay = [&](cudaEvent_t a, cudaEvent_t b) {
+    QMOE_CUDA_OK(cudaMemsetAsync(L.flush.ptr, nrep++ & 0xFF, L.flush.bytes, L.s));  // evicts L2 (60 MB on H200)
+    if (a) QMOE_CUDA_OK(cudaEventRecord(a, L.s));
     QMOE_CUDA_OK(cudaGraphLaunch(exec, L.s));
-    QMOE_CUDA_OK(cudaEventRecord(e1, L.s));
-    QMOE_CUDA_OK(cudaEventSynchronize(e1));
+    if (b) QMOE_CUDA_OK(cudaEventRecord(b, L.s));
+  };
+  for (int i = 0; i < warmup; ++i) replay(nullptr, nullptr);
+  settle([&] { replay(nullptr, nullptr); }, settle_ms, L.s);
+  std::vector<cudaEvent_t> ev(2 * static_cast<size_t>(iters));
+  for (auto& e : ev) QMOE_CUDA_OK(cudaEventCreate(&e));
+  for (int i = 0; i < iters; ++i) replay(ev[2 * i], ev[2 * i + 1]);
+  QMOE_CUDA_OK(cudaStreamSynchronize(L.s));
+  for (int i = 0; i < iters; ++i) {
     float ms = 0;
-    QMOE_CUDA_OK(cudaEventElapsedTime(&ms, e0, e1));
-    if (i >= warmup) ts.push_back(ms);
+    QMOE_CUDA_OK(cudaEventElapsedTime(&ms, ev[2 * i], ev[2 * i + 1]));
+    ts.push_back(ms);
   }
-  cudaEventDestroy(e0);
-  cudaEventDestroy(e1);
+  for (auto& e : ev) cudaEventDestroy(e);
+  // QMOE_BENCH_TRACE=1: every replay's time to stderr (the sequence, for measurements of the method)
+  if (const char* t = std::getenv("QMOE_BENCH_TRACE"); t != nullptr && t[0] == '1') {
+    std::fprintf(stderr, "trace E=%d H=%d I=%d m=%lld:", E, H, I, static_cast<long long>(M));
+    for (float v : ts) std::fprintf(stderr, " %.1f", v * 1e3f);
+    std::fprintf(stderr, "\n");
+  }
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);
   cudaStreamDestroy(L.s);

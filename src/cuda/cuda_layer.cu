@@ -160,6 +160,6 @@ std::unique_ptr<MoeLayer> make_cuda_layer(LayerArgs a) { return std::make_unique
 // The CLI declares the bench hooks weak (a build without CUDA links); a weak reference does not
 // pull bench.cu's object out of the static library, so this strong one (in the object every
 // CUDA build links) does.
-__attribute__((used)) static BenchResult (*const keep_bench_hooks)(const BenchProblem&, int, int) = &cuda_bench;
+__attribute__((used)) static BenchResult (*const keep_bench_hooks)(const BenchProblem&, int, int, double) = &cuda_bench;
 
 }  // namespace qmoe::detail

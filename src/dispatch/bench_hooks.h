@@ -41,8 +41,10 @@ struct DeviceCeilings {
 
 #if defined(QMOE_HAVE_CUDA)
 bool cuda_device_available(std::string* why);
-DeviceCeilings cuda_measure_ceilings();
-BenchResult cuda_bench(const BenchProblem& p, int warmup, int iters);
+DeviceCeilings cuda_measure_ceilings(double settle_ms);
+// warmup replays, then untimed replays until settle_ms of GPU time have passed (the card's clocks
+// and memory system reach their sustained state; docs/perf.md, tenth session), then `iters` timed.
+BenchResult cuda_bench(const BenchProblem& p, int warmup, int iters, double settle_ms);
 #endif
 
 }  // namespace qmoe::detail

@@ -70,7 +70,7 @@ TEST(CudaBench, CustomRow) {
   p.shape = spec;
   p.scheme = scheme_of(sc);
   p.group_size = sc == 2 ? 128 : 0;
-  BenchResult r = cuda_bench(p, 3, 10);
+  BenchResult r = cuda_bench(p, 3, 10, 0);
   std::printf("custom %s: %.1f us (%s)\n", spec, r.us, r.kernel.c_str());
 }
 
@@ -85,7 +85,7 @@ TEST(CudaBench, AnchorRows) {
     ASSERT_EQ(std::sscanf(ce, "%lf,%lf,%lf", &c.read_tbps, &c.bf16_tflops, &c.fp8_tflops), 3);
     c.device = "ceilings from QMOE_BENCH_CEIL";
   } else {
-    c = cuda_measure_ceilings();
+    c = cuda_measure_ceilings(0);
   }
   std::printf("ceilings: %s: read %.2f TB/s, copy %.2f TB/s, bf16 %.0f TFLOP/s, fp8 %.0f TFLOP/s\n", c.device.c_str(),
               c.read_tbps, c.copy_tbps, c.bf16_tflops, c.fp8_tflops);
@@ -116,7 +116,7 @@ TEST(CudaBench, AnchorRows) {
         p.seed = 1 + si * 10 + mi;
         BenchResult r;
         try {
-          r = cuda_bench(p, 5, 25);
+          r = cuda_bench(p, 5, 25, 0);
         } catch (const std::exception& e) {
           ADD_FAILURE() << sh.name << " M=" << p.m << " " << names[s] << ": " << e.what();
           std::printf("| %s | %d | %s | error: %s |\n", sh.name, p.m, names[s], e.what());

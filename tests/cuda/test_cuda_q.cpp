@@ -348,7 +348,7 @@ TEST(CudaQBench, Rows) {
   const Sch schemes[] = {{"nvfp4a16", SchemeKind::kNVFP4A16, 16}, {"nvfp4", SchemeKind::kNVFP4, 16},
                          {"mxfp4a16", SchemeKind::kMXFP4A16, 32}, {"int8_w8a8", SchemeKind::kINT8W8A8, 0},
                          {"w4a8_fp8_g128", SchemeKind::kW4A8FP8, 128}, {"w4a8_int8_g128", SchemeKind::kW4A8INT8, 128}};
-  detail::DeviceCeilings c = detail::cuda_measure_ceilings();
+  detail::DeviceCeilings c = detail::cuda_measure_ceilings(0);
   std::printf("ceilings: read %.2f TB/s copy %.2f TB/s bf16 %.0f TFLOP/s fp8 %.0f TFLOP/s (%s)\n", c.read_tbps,
               c.copy_tbps, c.bf16_tflops, c.fp8_tflops, c.device.c_str());
   std::printf("| shape | scheme | M | us | TB/s | TFLOP/s | floor us | %% floor | kernel |\n");
@@ -368,7 +368,7 @@ TEST(CudaQBench, Rows) {
         p.group_size = sc.group;
         p.activation = sh.act;
         p.apply_router_weight_on_input = sh.on_input;
-        detail::BenchResult r = detail::cuda_bench(p, 5, 20);
+        detail::BenchResult r = detail::cuda_bench(p, 5, 20, 0);
         const double flops = 6.0 * m * sh.k * sh.H * sh.I;
         const double rate = sc.kind == SchemeKind::kNVFP4 || sc.kind == SchemeKind::kNVFP4A16 ||
                                     sc.kind == SchemeKind::kMXFP4A16 || sc.kind == SchemeKind::kW4A8FP8 ||

@@ -4,6 +4,7 @@
 // dependent launch, cost as graph replays. Built as qmoe_gpu_ceiling with the CUDA backend (or, from
 // the repository root: nvcc -O3 -std=c++17 -arch=sm_90a
 // -Isrc -o gpu_ceiling bench/gpu_ceiling.cu); run it on the GPU machine (prints a table).
+#include <cuda.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -98,6 +99,73 @@ __global__ void __launch_bounds__(288) ring_read_kernel(const uint8_t* __restric
 #endif
 }
 
+// The Hopper streaming GEMM's weight stream without math (`gpu_ceiling ring2`): per stage one
+// 32 KiB piece (a 256-row x 128-byte weight box), by a 1-D bulk copy or a 2-D TMA box (128B
+// swizzle, as the kernel loads it), from 1 or 2 items at once (2: each stage half from each of two
+// halves of the CTA's share), `bpsm` CTAs per SM.
+__global__ void __launch_bounds__(160) ring2_kernel(const __grid_constant__ CUtensorMap map, const uint8_t* __restrict__ base,
+                                                    long long total_bytes, int stage_bytes, int stages, int tma,
+                                                    int streams, unsigned* sink) {
+#if QMOE_SM90A
+  using namespace qmoe::cuda::dev;
+  extern __shared__ __align__(1024) uint8_t smem_raw[];
+  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  uint64_t* full = reinterpret_cast<uint64_t*>(smem + stages * stage_bytes);
+  uint64_t* empty = full + stages;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  if (tid == 0) {
+    for (int s = 0; s < stages; ++s) {
+      mbar_init(&full[s], 1);
+      mbar_init(&empty[s], 4);
+    }
+    mbar_init_fence();
+  }
+  __syncthreads();
+  const long long units = total_bytes / stage_bytes;  // stages of the whole stream
+  const long long u0 = units * blockIdx.x / gridDim.x, u1 = units * (blockIdx.x + 1) / gridDim.x;
+  const long long n = (u1 - u0) / streams;
+  const int piece = stage_bytes / streams;
+  int slot = 0;
+  uint32_t ph = 0;
+  if (warp == 4) {
+    if (lane == 0)
+      for (long long i = 0; i < n; ++i) {
+        mbar_wait(&empty[slot], ph ^ 1u);
+        mbar_expect_tx(&full[slot], stage_bytes);
+        for (int q = 0; q < streams; ++q) {
+          const long long off = (u0 + q * n + i) * static_cast<long long>(stage_bytes);  // stream q's position
+          uint8_t* dst = smem + slot * stage_bytes + q * piece;
+          if (tma) {
+            const int row = static_cast<int>(off / 128);
+            asm volatile(
+                "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];\n" ::"r"(
+                    smem_u32(dst)),
+                "l"(reinterpret_cast<uint64_t>(&map)), "r"(smem_u32(&full[slot])), "r"(0), "r"(row)
+                : "memory");
+          } else {
+            bulk_load(dst, base + off, piece, &full[slot]);
+          }
+        }
+        if (++slot == stages) { slot = 0; ph ^= 1u; }
+      }
+    return;
+  }
+  unsigned acc = 0;
+  for (long long i = 0; i < n; ++i) {
+    mbar_wait(&full[slot], ph);
+    acc ^= reinterpret_cast<const unsigned*>(smem + slot * stage_bytes)[(warp * 32 + lane)];
+    __syncwarp();
+    if (lane == 0) mbar_arrive(&empty[slot]);
+    if (++slot == stages) { slot = 0; ph ^= 1u; }
+  }
+  if (acc == 0x12345678u) *sink = acc;
+#endif
+}
+
+using EncodeTiledFn = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
+                                   const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
+                                   CUtensorMapSwizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill);
+
 static float median(std::vector<float> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
@@ -105,6 +173,7 @@ static float median(std::vector<float> v) {
 
 int main(int argc, char** argv) {
   const bool ring = argc > 1 && std::string(argv[1]) == "ring";
+  const bool ring2 = argc > 1 && std::string(argv[1]) == "ring2";
   int sms = 0;
   CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
   const size_t big = size_t(4) << 30;
@@ -139,6 +208,47 @@ int main(int argc, char** argv) {
 
   std::printf("device SMs %d\n", sms);
 
+
+  if (ring2) {  // the streaming GEMM's weight stream: 1-D bulk / 2-D TMA, 1 / 2 streams, CTAs per SM
+    void* fp = nullptr;
+    cudaDriverEntryPointQueryResult q{};
+    CK(cudaGetDriverEntryPoint("cuTensorMapEncodeTiled", &fp, cudaEnableDefault, &q));
+    auto enc = reinterpret_cast<EncodeTiledFn>(fp);
+    std::printf("| bytes MB | load | streams | stages x KB | CTAs/SM | us | TB/s |\n|---:|---|---:|---|---:|---:|---:|\n");
+    for (double mb : {1880.0, 400.0, 100.0})
+      for (int tma = 0; tma < 2; ++tma)
+        for (int streams : {1, 2})
+          for (int bpsm : {1, 2}) {
+            const int stage = 32 * 1024;
+            const int stages = bpsm == 1 ? 5 : 3;
+            const long long bytes = static_cast<long long>(mb * 1e6) / stage * stage;
+            CUtensorMap map;
+            cuuint64_t dims[2] = {128, static_cast<cuuint64_t>(bytes / 128)};
+            cuuint64_t strides[1] = {128};
+            cuuint32_t box[2] = {128, static_cast<cuuint32_t>(stage / 128 / streams)};
+            cuuint32_t estr[2] = {1, 1};
+            if (enc(&map, CU_TENSOR_MAP_DATA_TYPE_UINT8, 2, buf, dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                    CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) != CUDA_SUCCESS) {
+              std::printf("encode failed\n");
+              return 1;
+            }
+            const int smem = stages * stage + 1024 + 256;
+            CK(cudaFuncSetAttribute(ring2_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+            cudaGraph_t g;
+            CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+            ring2_kernel<<<sms * bpsm, 160, smem, s>>>(map, buf, bytes, stage, stages, tma, streams, sink);
+            CK(cudaStreamEndCapture(s, &g));
+            cudaGraphExec_t ge;
+            CK(cudaGraphInstantiate(&ge, g, 0));
+            float us = 0;
+            if (time_graph(ge, 25, &us)) return 1;
+            std::printf("| %.0f | %s | %d | %d x 32 | %d | %.2f | %.2f |\n", bytes / 1e6, tma ? "TMA 2-D" : "bulk 1-D", streams,
+                        stages, bpsm, us, bytes / us / 1e6);
+            cudaGraphExecDestroy(ge);
+            cudaGraphDestroy(g);
+          }
+    return 0;
+  }
   if (ring) {  // the decode kernel's stream without math: order x ring depth x blocks per SM
     std::printf("| bytes MB | col KB | order | stages x stage KB | blocks/SM | us | TB/s |\n|---:|---:|---|---|---:|---:|---:|\n");
     struct Cfg { double mb; int col_kb; };

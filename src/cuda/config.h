@@ -152,7 +152,33 @@ enum class Sm90Kind : int {
 struct Sm90Choice {
   bool wgmma = false;
   int bm = 128;
+  bool stream = false;  // the streaming kernel (weights as wgmma's A), M-blocks of bm = 16 or 64 rows
 };
+// Whether the Hopper path's streaming kernel (sm90_moe_gemm.cu sm90_stream_kernel) runs a set of
+// experts with 16-bit or fp8 weights (eligible: the Hopper path can run them and fp8 has one scale
+// pair for all of K), in place of select_sm90's choice c. rows = expected rows per touched expert,
+// touched = experts expected to hold rows, boxes = 256-row weight boxes of GEMM1 (the items per
+// M-block), sms = the device's SMs. stream_mode: -1 the rule, 0 never, 1 always (QMOE_CUDA_STREAM,
+// measurements); nt = 16 / 64 forces the M-block (QMOE_CUDA_STREAM_NT), else 16 up to 16 rows.
+// Measured on the H200 (tenth session, settled bench, against the kernels select_sm90 /
+// select_decode pick): llama4-scout M = 16 / 64 (1 / 4 rows, 16 experts) bf16 1.01 / 1.09x, fp8
+// 1.03 / 1.11x; mixtral-8x7b M = 16 (4 rows, 8 experts) 1.03x; deepseek-v3 / gpt-oss-120b M = 256
+// fp8 (8 rows: the 16-row mma.sync tile's fp8 path at 74-78% of floor) 1.13 / 1.05x; even
+// (0.96-1.01) for deepseek-v3 / gpt-oss-120b at 1-4 rows; slower where an item share is short
+// (M = 1: 1-2 items per CTA, 0.80-0.91x), where experts overflow their 16-row M-block (16+ rows:
+// each extra block streams the expert's weights again, 0.74-0.94x), and on qwen3-30b-a3b (K = 2048
+// / 768: 0.85-0.95x). Hence: up to 8 rows, at least 4 items per SM, and either few experts (large
+// per-expert weights) or fp8 at 5-8 rows.
+inline void select_sm90_stream(Sm90Choice& c, int64_t rows, int num_experts, int64_t touched, int boxes, bool fp8,
+                               int sms, bool eligible, int stream_mode = -1, int nt = 0) {
+  bool on = rows <= 8 && touched * boxes >= int64_t{4} * sms && (num_experts <= 16 || (fp8 && rows > 4));
+  if (stream_mode == 1) on = true;
+  else if (stream_mode == 0) on = false;
+  if (!eligible || !on) return;
+  c.wgmma = true;
+  c.stream = true;
+  c.bm = nt == 16 || nt == 64 ? nt : rows <= 16 ? 16 : 64;
+}
 // min_rows / rows64_max > 0 / >= 0: the QMOE_CUDA_WGMMA_MIN_ROWS / QMOE_CUDA_WG64_MAX_ROWS overrides.
 // Measured on the H200 (docs/perf.md):
 //  * from 17 rows per expert (where the 16-row mma.sync tile stops; mixtral-8x7b M = 256, 64 rows:

@@ -103,6 +103,17 @@ int wg64_max_rows_env() {
   return v;
 }
 
+// The Hopper path's streaming kernel (select_sm90_stream): QMOE_CUDA_STREAM=0 / 1 never / always
+// where eligible, QMOE_CUDA_STREAM_NT=16 / 64 its M-block (read per plan: tests switch them).
+int stream_mode_env() {
+  const char* v = std::getenv("QMOE_CUDA_STREAM");
+  return v == nullptr || v[0] == 0 ? -1 : v[0] == '1' ? 1 : 0;
+}
+int stream_nt_env() {
+  const char* v = std::getenv("QMOE_CUDA_STREAM_NT");
+  return v == nullptr ? 0 : std::atoi(v);
+}
+
 // One consumer warpgroup for an expert's last 128-row M-block when it holds <= 64 live rows
 // (Sm90Gemm::half_tail); QMOE_CUDA_HALF_TAIL=0 turns it off for measurements.
 bool half_tail_on() {
@@ -199,6 +210,7 @@ struct ExpertsPlan {
   float* o = nullptr;
   // Hopper path: A rows in sorted order (operand dtype or e4m3), h in sorted order, its e4m3 codes
   bool wg = false;
+  bool stream = false;  // ... on the streaming kernel (M-blocks of bm = 16 / 64 rows)
   void* as = nullptr;
   void* hs = nullptr;
   void* hsq = nullptr;
@@ -218,8 +230,17 @@ struct ExpertsPlan {
                             : op.wq                                            ? Sm90Kind::kWq
                                                                                : Sm90Kind::kPlain;
       const Sm90Choice ch = select_sm90(rows_per_expert, ex.num_experts, kind, wgmma_min_rows_env(), wg64_max_rows_env());
-      wg = ch.wgmma && sm90_eligible(ex);
-      bm = ch.bm;
+      Sm90Choice c2 = ch;
+      const bool sm90_ok = sm90_eligible(ex);
+      c2.wgmma = ch.wgmma && sm90_ok;
+      // 16-bit weights, or fp8 with one scale pair for all of K in both projections
+      const bool stream_ok = sm90_ok && kind == Sm90Kind::kPlain &&
+                             (ex.fmt == WFmt::k16 || (mode_of(ex.w13, ex.act_quant) == 3 && mode_of(ex.w2, ex.act_quant) == 3));
+      select_sm90_stream(c2, rows_per_expert, ex.num_experts, touched, (ex.w13.np + 255) / 256, ex.fmt == WFmt::kFP8, sms,
+                         stream_ok, stream_mode_env(), stream_nt_env());
+      wg = c2.wgmma;
+      bm = c2.bm;
+      stream = c2.stream;
     }
     if (wg) {
       const Sm90Operands op(ex);
@@ -432,6 +453,7 @@ void run_experts_sm90(const DevExperts& ex, const ExpertsPlan& pl, const void* x
   // int4 / int8 weights: the quantized-weight wgmma kernel on the prepared atoms
   auto launch = [&](const Sm90Gemm& q) {
     if (wq) launch_sm90_wq_gemm(f16, ex.fmt, q, s);
+    else if (pl.stream) launch_sm90_stream(f16, kind, q, s);
     else launch_sm90_gemm(f16, kind, q, s);
     sync_check(s, q.stage == 1 ? "sm90 GEMM1" : "sm90 GEMM2");
   };
@@ -640,6 +662,8 @@ void forward(const DevExperts& ex, const DevExperts* shared, const ForwardArgs& 
 std::string forward_kernels(const DevExperts& ex, int64_t m, int top_k) {
   Plan p;
   p.make(ex, nullptr, m, top_k, false, nullptr);
+  if (p.routed.wg && p.routed.stream)
+    return str(ex.method, " gemm1=sm90-stream", p.routed.bm, " gemm2=sm90-stream", p.routed.bm);
   if (p.routed.wg)
     return p.routed.bm == 64 ? str(ex.method, " gemm1=sm90-wgmma64 gemm2=sm90-wgmma64")
                              : str(ex.method, " gemm1=sm90-wgmma gemm2=sm90-wgmma");

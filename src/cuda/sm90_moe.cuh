@@ -86,7 +86,10 @@ struct Sm90Gather {
 // Plain weight copy of the Hopper path, tiled so that every TMA box is one contiguous 32 KiB piece
 // of memory (a row-major [N][K] copy made each box 256 strided 128-byte pieces, which streamed from
 // HBM at ~40-60% of the read rate): [E][nt][kt][256 rows][128 bytes], nt = ceil(np / 256), kt =
-// ceil(kp * bytes / 128); rows in the prepared column order, zeros outside N x K.
+// ceil(kp * bytes / 128); rows in the prepared column order, zeros outside N x K. Each 8-row,
+// 1024-byte group is stored 128B-swizzled (row r's 16-byte chunk c at chunk c ^ (r & 7), TMA's
+// SWIZZLE_128B pattern), so the kernels load a box with one 1-D bulk copy (a 2-D TMA box of the same
+// bytes streamed 4-7% slower on the H200: bench/gpu_ceiling.cu ring2).
 __host__ __device__ inline int sm90_plain_nt(int np) { return (np + 255) / 256; }
 // fp8 stages read two k tiles: an even count keeps the last stage inside the expert's rows
 __host__ __device__ inline int sm90_plain_kt(int kp, int bits) {
@@ -112,6 +115,9 @@ void launch_sm90_gemm(bool f16, int kind, const Sm90Gemm& p, cudaStream_t s);
 // tokens per CTA (sm90_moe_gemm.cu). Quantized activations (W4A8, W4A4) arrive as exact 16-bit
 // values (Sm90Gather::out16) with row_scale their per-position scales.
 void launch_sm90_wq_gemm(bool f16, WFmt fmt, const Sm90Gemm& p, cudaStream_t s);
+// The streaming kernel for memory-bound M (sm90_moe_gemm.cu): 16-bit (kind 0) or fp8 weights with
+// one scale pair for all of K (kind 1), M-blocks of 16 or 64 rows (p.block), weights as wgmma's A.
+void launch_sm90_stream(bool f16, int kind, const Sm90Gemm& p, cudaStream_t s);
 void launch_sm90_gather(bool f16, const Sm90Gather& p, cudaStream_t s);
 // Plain weight copy for the Hopper path (tiled, above) from canonical src[e][N][K] (bits 16 or 8),
 // rows in the prepared column order (w13 interleaved by 8); dst holds sm90_plain_bytes().

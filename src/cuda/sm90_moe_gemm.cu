@@ -2,8 +2,9 @@
 //
 // One CTA computes a 128 x BN tile of one expert: 3 warpgroups, warp-specialized.
 //   warpgroup 0 (producer, 40 registers): one thread issues the TMA loads of A (rows of the
-//     M-block, already in sorted order) and B (the expert's plain weights, a 3-D tensor map over
-//     [E][np][kp]) into a STAGES-deep ring of 128-byte-swizzled stages, completing on mbarriers;
+//     M-block, already in sorted order; a 2-D tensor map, 128B swizzle) and the 1-D bulk copies of
+//     B (boxes of the expert's plain weights, stored pre-swizzled: sm90_moe.cuh) into a
+//     STAGES-deep ring of 128-byte-swizzled stages, completing on mbarriers;
 //   warpgroups 1, 2 (consumers, 232 registers): each multiplies 64 of the 128 rows with wgmma
 //     (both operands from shared memory through 128B-swizzle descriptors) and runs the epilogue.
 // 16-bit: BK = 64, BN = 256, m64n256k16 (HGMMA), fp32 accumulators, 4 stages.
@@ -23,6 +24,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "cuda/cuda_moe.h"
 #include "cuda/device_common.cuh"
 #include "cuda/fp4_ops.cuh"
 #include "cuda/sm90_moe.cuh"
@@ -115,8 +117,7 @@ __device__ __forceinline__ unsigned long long gtimer() {
 
 template <class Op, bool FP8, bool I8 = false, int BM = kBM>  // I8: byte operands as signed int8 (IGMMA)
 __global__ void __launch_bounds__(384, 1)
-    sm90_moe_gemm_kernel(const __grid_constant__ CUtensorMap tma_a, const __grid_constant__ CUtensorMap tma_b,
-                         const Sm90Gemm p) {
+    sm90_moe_gemm_kernel(const __grid_constant__ CUtensorMap tma_a, const Sm90Gemm p) {
 #if QMOE_SM90A
   using C = Sm90Cfg<FP8, BM>;
   constexpr int BN = C::BN, BK = C::BK, STAGES = C::STAGES, NACC = C::NACC, WN = C::WN;
@@ -171,7 +172,6 @@ __global__ void __launch_bounds__(384, 1)
     setmaxnreg_dec<40>();
     if (tid == 0) {
       asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&tma_a)) : "memory");
-      asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&tma_b)) : "memory");
       for (int kb = 0; kb < nk; ++kb) {
         const int s = kb % STAGES;
         mbar_wait(&empty[s], ((kb / STAGES) & 1) ^ 1);
@@ -180,8 +180,12 @@ __global__ void __launch_bounds__(384, 1)
         for (int h = 0; h < C::KH; ++h) {
           const int kt = kb * C::KH + h;  // 128-byte k tile
           tma_load_2d(sA + s * C::A_ST + h * BM * 128, &tma_a, &full[s], kt * (BK / C::KH), mb * BM);
-          tma_load_2d(sB + s * C::B_ST + h * BN * 128, &tma_b, &full[s], 0,
-                      ((e * w_nt + nb * BN / 256) * w_kt + kt) * 256 + nb * BN % 256);
+          // the plain copy is stored swizzled: one contiguous 1-D bulk copy per box (a 2-D TMA
+          // box of the same bytes streamed 4-7% slower: gpu_ceiling ring2 on the H200)
+          bulk_load(sB + s * C::B_ST + h * BN * 128,
+                    static_cast<const uint8_t*>(p.w) +
+                        (static_cast<int64_t>((e * w_nt + nb * BN / 256) * w_kt + kt) * 256 + nb * BN % 256) * 128,
+                    BN * 128, &full[s]);
         }
       }
     }
@@ -413,6 +417,239 @@ __global__ void __launch_bounds__(384, 1)
   }
   }
   QMOE_TRACE(3);
+#endif
+}
+
+// ---- streaming kernel: memory-bound M on 16-bit / fp8 weights (the weights as wgmma's A) ------------
+// D^T[n][pos] = W[n][:] . X[pos][:]: per item (an NT-row M-block, a 256-row box of the plain
+// weights) wgmma m64 x NT with A = 64 weight rows and B = the M-block's NT token rows, both from
+// shared memory (the same 128B-swizzled TMA boxes as the tile kernel). Persistent: one CTA per SM
+// walks an equal, contiguous share of the (M-block, weight box) items, M-block-major; the producer
+// streams 128-k stages (a 32 KiB weight box + NT token rows) item after item without a break, so
+// the weights reach HBM's rate where the tile kernel paid each CTA's first-stage wait and
+// epilogue on short K (~2 us of ~6-10, per-CTA timelines). Each of the two consumer warpgroups
+// multiplies 128 of the box's 256 rows (two m64 slices); the tensor work is ~NT / rows-per-expert
+// of the tile kernel's, and it waits on the bytes. fp8: the four k32 steps of a stage go to a
+// partial that is added into fp32 once per 128 k (the tile kernel's promotion); one scale pair for
+// all of K (per-channel / per-tensor weights, per-token / static activations). Epilogue in the
+// accumulator layout: a thread holds weight rows g, g + 8 of each n16 tile (GEMM1: the gate and
+// the up row of one intermediate column) for tokens 8 j + 2 t + {0, 1}.
+template <bool FP8, int NT>
+struct StreamCfg {
+  static constexpr int W_ST = 256 * 128;  // one weight box: 256 rows x 128 bytes of k
+  static constexpr int X_ST = NT * 128;   // the M-block's token rows x 128 bytes of k
+  static constexpr int STAGES = NT == 64 ? 5 : 6;
+  static constexpr int SMEM = STAGES * (W_ST + X_ST) + 2 * STAGES * 8 + 1024;
+};
+
+template <class Op, bool FP8, int NT>
+__global__ void __launch_bounds__(384, 1)
+    sm90_stream_kernel(const __grid_constant__ CUtensorMap tma_x, const Sm90Gemm p) {
+#if QMOE_SM90A
+  using C = StreamCfg<FP8, NT>;
+  constexpr int STAGES = C::STAGES, NA = NT / 2;  // accumulators per m64 slice per thread
+  static_assert(NT == 16 || NT == 64, "M-blocks of 16 or 64 rows");
+  extern __shared__ uint8_t smem_raw[];
+  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  uint8_t* sW = smem;
+  uint8_t* sX = smem + STAGES * C::W_ST;
+  uint64_t* full = reinterpret_cast<uint64_t*>(sX + STAGES * C::X_ST);
+  uint64_t* empty = full + STAGES;
+
+  const int ntn = sm90_plain_nt(p.np);
+  const int nmb = min(p.max_blocks, (*p.num_post + NT - 1) / NT);
+  const int total = nmb * ntn;
+  const int item0 = static_cast<int>(static_cast<int64_t>(blockIdx.x) * total / gridDim.x);
+  const int item1 = static_cast<int>(static_cast<int64_t>(blockIdx.x + 1) * total / gridDim.x);
+  if (item0 >= item1) return;  // every thread of the CTA alike
+  if (threadIdx.x == 0) {
+#pragma unroll
+    for (int s = 0; s < STAGES; ++s) {
+      mbar_init(&full[s], 1);
+      mbar_init(&empty[s], 8);  // one arrival per consumer warp
+    }
+    mbar_init_fence();
+  }
+  __syncthreads();
+  const int nk = FP8 ? (p.k + 127) / 128 : (p.k + 63) / 64;  // 128-byte k tiles holding K
+  const int w_kt = sm90_plain_kt(p.kp, FP8 ? 8 : 16);
+  const int wg = threadIdx.x >> 7, tid = threadIdx.x & 127;
+
+  if (wg == 0) {
+    setmaxnreg_dec<40>();
+    if (tid == 0) {
+      asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&tma_x)) : "memory");
+      int slot = 0;
+      uint32_t ph = 0;
+      for (int it = item0; it < item1; ++it) {
+        const int mb = it / ntn, nb = it - mb * ntn;
+        const int e = p.expert_ids[mb];
+        if (e < 0) continue;  // expert of another rank: its slots stay zero (pre-cleared)
+        for (int kt = 0; kt < nk; ++kt) {
+          mbar_wait(&empty[slot], ph ^ 1u);
+          mbar_expect_tx(&full[slot], C::W_ST + C::X_ST);
+          bulk_load(sW + slot * C::W_ST,
+                    static_cast<const uint8_t*>(p.w) + static_cast<int64_t>((e * ntn + nb) * w_kt + kt) * C::W_ST,
+                    C::W_ST, &full[slot]);
+          tma_load_2d(sX + slot * C::X_ST, &tma_x, &full[slot], kt * (FP8 ? 128 : 64), mb * NT);
+          if (++slot == STAGES) {
+            slot = 0;
+            ph ^= 1u;
+          }
+        }
+      }
+    }
+    return;
+  }
+
+  setmaxnreg_inc<232>();
+  const int cw = wg - 1, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+  int slot = 0;
+  uint32_t ph = 0;
+  auto advance = [&] {
+    if (++slot == STAGES) {
+      slot = 0;
+      ph ^= 1u;
+    }
+  };
+  for (int it = item0; it < item1; ++it) {
+    const int mb = it / ntn, nb = it - mb * ntn;
+    const int e = p.expert_ids[mb];
+    if (e < 0) continue;
+    const int row0 = nb * 256 + cw * 128;  // the warpgroup's first weight row (slice s: + 64 s)
+    float acc[2][NA];
+#pragma unroll
+    for (int sl = 0; sl < 2; ++sl)
+#pragma unroll
+      for (int i = 0; i < NA; ++i) acc[sl][i] = 0.f;
+    if constexpr (FP8) {
+      float tmp[2][NA];
+      for (int kt = 0; kt < nk; ++kt) {
+        mbar_wait(&full[slot], ph);
+        const uint8_t* w_st = sW + slot * C::W_ST + cw * 128 * 128;
+        const uint8_t* x_st = sX + slot * C::X_ST;
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+          for (int sl = 0; sl < 2; ++sl) {
+            const uint64_t da = smem_desc(w_st + sl * 64 * 128 + kk * 32), db = smem_desc(x_st + kk * 32);
+            if constexpr (NT == 64) wgmma_n64_e4m3(tmp[sl], da, db, kk);
+            else wgmma_n16_e4m3(tmp[sl], da, db, kk);
+          }
+        wgmma_commit();
+        wgmma_wait0();
+        if (lane == 0) mbar_arrive(&empty[slot]);
+        advance();
+#pragma unroll
+        for (int sl = 0; sl < 2; ++sl)
+#pragma unroll
+          for (int i = 0; i < NA; ++i) acc[sl][i] += tmp[sl][i];
+      }
+    } else {
+      int prev = -1;
+      for (int kt = 0; kt < nk; ++kt) {
+        mbar_wait(&full[slot], ph);
+        const uint8_t* w_st = sW + slot * C::W_ST + cw * 128 * 128;
+        const uint8_t* x_st = sX + slot * C::X_ST;
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+          for (int sl = 0; sl < 2; ++sl) {
+            const uint64_t da = smem_desc(w_st + sl * 64 * 128 + kk * 32), db = smem_desc(x_st + kk * 32);
+            if constexpr (NT == 64) {
+              if constexpr (std::is_same_v<Op, BF16>) wgmma_n64_bf16(acc[sl], da, db, 1);
+              else wgmma_n64_f16(acc[sl], da, db, 1);
+            } else {
+              if constexpr (std::is_same_v<Op, BF16>) wgmma_n16_bf16(acc[sl], da, db, 1);
+              else wgmma_n16_f16(acc[sl], da, db, 1);
+            }
+          }
+        wgmma_commit();
+        // this stage's HGMMAs stay in flight while the next one is awaited; the previous are done
+        wgmma_wait1();
+        if (prev >= 0 && lane == 0) mbar_arrive(&empty[prev]);
+        prev = slot;
+        advance();
+      }
+      wgmma_wait0();
+      if (prev >= 0 && lane == 0) mbar_arrive(&empty[prev]);
+    }
+
+    // ---- epilogue: slice sl, half h: weight row row0 + 64 sl + 16 warp + g + 8 h; token position
+    //      mb * NT + 8 j + 2 t + e2 = accumulator j * 4 + h * 2 + e2
+    const float* be = p.bias != nullptr ? p.bias + static_cast<size_t>(e) * p.n : nullptr;
+    auto col_scale = [&](int n) -> float {
+      const int r = orig_row(p, n);
+      if (n >= p.np || r >= p.n) return 0.f;
+      return __ldg(p.col_scale + static_cast<size_t>(e) * p.kg * p.nsc + (p.n_div == 1 ? r : r / p.n_div));
+    };
+    float rsc[NT / 8][2];
+#pragma unroll
+    for (int j = 0; j < NT / 8; ++j)
+#pragma unroll
+      for (int e2 = 0; e2 < 2; ++e2) {
+        const int pos = mb * NT + 8 * j + 2 * t + e2;
+        rsc[j][e2] = FP8 && p.row_scale != nullptr ? p.row_scale[static_cast<size_t>(pos) * p.rs_groups] : 1.f;
+      }
+    if (p.stage == 1) {
+      // n16 tile q holds 8 gate rows then the 8 matching up rows: intermediate column q * 8 + g
+      using T = typename Op::T;
+      with_act(p.act, [&](auto act) {
+#pragma unroll
+        for (int sl = 0; sl < 2; ++sl) {
+          const int n0 = row0 + sl * 64 + warp * 16;
+          const int i = (n0 / 16) * 8 + g;
+          if (i >= p.half) continue;
+          [[maybe_unused]] float cs[2] = {1.f, 1.f};
+          float b[2] = {0.f, 0.f};
+          if constexpr (FP8) {
+            cs[0] = col_scale(n0 + g);
+            cs[1] = col_scale(n0 + 8 + g);
+          }
+          if (be != nullptr) {
+            b[0] = be[i];
+            b[1] = be[p.half + i];
+          }
+#pragma unroll
+          for (int j = 0; j < NT / 8; ++j)
+#pragma unroll
+            for (int e2 = 0; e2 < 2; ++e2) {
+              const int pos = mb * NT + 8 * j + 2 * t + e2;
+              float gv = acc[sl][j * 4 + e2], uv = acc[sl][j * 4 + 2 + e2];
+              if constexpr (FP8) {
+                gv *= rsc[j][e2] * cs[0];
+                uv *= rsc[j][e2] * cs[1];
+              }
+              static_cast<T*>(p.out)[static_cast<size_t>(pos) * p.ldo + i] = Op::from_f(act(gv + b[0], uv + b[1]));
+            }
+        }
+      });
+    } else {
+#pragma unroll
+      for (int j = 0; j < NT / 8; ++j)
+#pragma unroll
+        for (int e2 = 0; e2 < 2; ++e2) {
+          const int pos = mb * NT + 8 * j + 2 * t + e2;
+          const int sid = p.sorted_ids[pos];
+          if (sid >= p.numel) continue;
+          const float w = p.topk_w != nullptr ? p.topk_w[sid] : 1.f;
+          float* orow = static_cast<float*>(p.out) + static_cast<size_t>(sid) * p.ldo;
+#pragma unroll
+          for (int sl = 0; sl < 2; ++sl)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+              const int n = row0 + sl * 64 + warp * 16 + g + 8 * h;
+              if (n >= p.n) continue;
+              float v = acc[sl][j * 4 + h * 2 + e2];
+              if constexpr (FP8) v *= rsc[j][e2] * col_scale(n);
+              if (be != nullptr) v += be[n];
+              orow[n] = v * w;
+            }
+        }
+    }
+  }
 #endif
 }
 
@@ -924,7 +1161,9 @@ __global__ void make_plain_kernel(const uint8_t* __restrict__ src, int esz, int 
     o.y = b[4] | (b[5] << 8) | (b[6] << 16) | (static_cast<uint32_t>(b[7]) << 24);
     o.z = b[8] | (b[9] << 8) | (b[10] << 16) | (static_cast<uint32_t>(b[11]) << 24);
     o.w = b[12] | (b[13] << 8) | (b[14] << 16) | (static_cast<uint32_t>(b[15]) << 24);
-    reinterpret_cast<uint4*>(dst)[id] = o;
+    // stored 128B-swizzled (16-byte chunk v of row r at chunk v ^ (r & 7), TMA's SWIZZLE_128B
+    // pattern): a 1-D bulk copy of a box lands exactly as a swizzled 2-D TMA box would
+    reinterpret_cast<uint4*>(dst)[(id & ~int64_t{7}) | (v ^ (r & 7))] = o;
   }
 }
 
@@ -971,13 +1210,10 @@ void launch_gemm(const Sm90Gemm& p, cudaStream_t s) {
   std::call_once(once, [&] { QMOE_CUDA_OK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM)); });
   const int esz = FP8 ? 1 : 2;
   const CUtensorMap ma = make_map(p.a, FP8, p.k, p.a_rows, static_cast<int64_t>(p.a_pitch) * esz, BM);
-  const int64_t wrows = static_cast<int64_t>(p.num_experts) * sm90_plain_nt(p.np) * sm90_plain_kt(p.kp, FP8 ? 8 : 16) * 256;
-  QMOE_CHECK(wrows < (int64_t(1) << 31), kUnsupported, "CUDA Hopper path: ", wrows, " weight rows exceed a tensor map");
-  const CUtensorMap mb = make_map(p.w, FP8, 128 / esz, static_cast<int>(wrows), 128, C::BN);
   const int ntn = (p.np + C::BN - 1) / C::BN;
   const int groups = (p.max_blocks + kGroupM - 1) / kGroupM;
   const dim3 grid(static_cast<unsigned>(groups * kGroupM * ntn));
-  kern<<<grid, 384, C::SMEM, s>>>(ma, mb, p);
+  kern<<<grid, 384, C::SMEM, s>>>(ma, p);
   QMOE_CUDA_LAUNCH_OK();
 #ifdef QMOE_SM90_TRACE
   // the first two uncaptured launches of the process (GEMM1 and GEMM2 of the first forward)
@@ -998,6 +1234,21 @@ void launch_gemm(const Sm90Gemm& p, cudaStream_t s) {
     }
   }
 #endif
+}
+
+template <class Op, bool FP8, int NT>
+void launch_stream(const Sm90Gemm& p, cudaStream_t s) {
+  using C = StreamCfg<FP8, NT>;
+  auto kern = sm90_stream_kernel<Op, FP8, NT>;
+  static std::once_flag once;
+  std::call_once(once, [&] { QMOE_CUDA_OK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM)); });
+  const int esz = FP8 ? 1 : 2;
+  const CUtensorMap mx = make_map(p.a, FP8, p.k, p.a_rows, static_cast<int64_t>(p.a_pitch) * esz, NT);
+  // one CTA per SM (the items are counted on the device; at most max_blocks x boxes of them)
+  const int64_t items = static_cast<int64_t>(p.max_blocks) * sm90_plain_nt(p.np);
+  const int grid = static_cast<int>(std::max<int64_t>(1, std::min<int64_t>(items, device_sm_count())));
+  kern<<<grid, 384, C::SMEM, s>>>(mx, p);
+  QMOE_CUDA_LAUNCH_OK();
 }
 
 template <class Op, WFmt F, bool CH>
@@ -1082,6 +1333,21 @@ void launch_sm90_gemm(bool f16, int kind, const Sm90Gemm& p, cudaStream_t s) {
   } else {
     if (f16) b64 ? launch_gemm<F16, false, false, 64>(p, s) : launch_gemm<F16, false>(p, s);
     else b64 ? launch_gemm<BF16, false, false, 64>(p, s) : launch_gemm<BF16, false>(p, s);
+  }
+}
+
+void launch_sm90_stream(bool f16, int kind, const Sm90Gemm& p, cudaStream_t s) {
+  QMOE_CHECK((kind == 0 || kind == 1) && (p.block == 16 || p.block == 64), kInternal, "sm90 stream GEMM: kind ",
+             kind, ", M-blocks of ", p.block, " rows");
+  QMOE_CHECK(kind == 0 || (p.kchunk == 0 && p.rs_groups == 1), kInternal,
+             "sm90 stream GEMM: fp8 scales that change along K");
+  const bool fp8 = kind == 1, b16 = p.block == 16;
+  if (fp8) {
+    if (f16) b16 ? launch_stream<F16, true, 16>(p, s) : launch_stream<F16, true, 64>(p, s);
+    else b16 ? launch_stream<BF16, true, 16>(p, s) : launch_stream<BF16, true, 64>(p, s);
+  } else {
+    if (f16) b16 ? launch_stream<F16, false, 16>(p, s) : launch_stream<F16, false, 64>(p, s);
+    else b16 ? launch_stream<BF16, false, 16>(p, s) : launch_stream<BF16, false, 64>(p, s);
   }
 }
 

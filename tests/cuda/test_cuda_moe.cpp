@@ -414,6 +414,84 @@ TEST(CudaSm90, TailBlocksAtTheOneWarpgroupBoundary) {
   }
 }
 
+// The Hopper path's streaming kernel (sm90_moe_gemm.cu sm90_stream_kernel: weights as wgmma's A,
+// M-blocks of 16 or 64 token rows, persistent CTAs walking (M-block, 256-row weight box) items),
+// forced on for 16-bit and fp8 weights with one scale pair for all of K: odd sizes (I = 104: one
+// partly empty box for GEMM1; H = 392: two boxes for GEMM2, K not a multiple of 64 / 128), an
+// expert with no tokens, expert parallelism, biases with swigluoai / gelu, both M-block sizes.
+TEST(CudaSm90, StreamKernelMatchesReference) {
+  SKIP_WITHOUT_GPU();
+  SKIP_WITHOUT_SM90();
+  std::vector<Case> cases;
+  auto add = [&](std::string n, auto f) { add_case(cases, std::move(n), f); };
+  add("bf16", [](auto&) {});
+  add("fp16", [](auto& sp) { sp.act_dtype = DType::kF16; sp.weight_dtype = DType::kF16; });
+  add("fp8_tensor_static", [](auto& sp) {
+    sp.kind = SchemeKind::kFP8W8A8; sp.fp8_strategy = Strategy::kTensor; sp.act = ActQuant::kFP8Tensor; });
+  add("fp8_channel_token", [](auto& sp) {
+    sp.kind = SchemeKind::kFP8W8A8; sp.fp8_strategy = Strategy::kChannel; sp.act = ActQuant::kFP8Token; });
+  add("fp8_channel_token_fp16", [](auto& sp) {
+    sp.kind = SchemeKind::kFP8W8A8; sp.fp8_strategy = Strategy::kChannel; sp.act = ActQuant::kFP8Token;
+    sp.act_dtype = DType::kF16; });
+  add("bf16_bias", [](auto& sp) { sp.bias = true; });
+  add("fp8_channel_token_bias", [](auto& sp) {
+    sp.kind = SchemeKind::kFP8W8A8; sp.fp8_strategy = Strategy::kChannel; sp.act = ActQuant::kFP8Token; sp.bias = true; });
+  struct Env {
+    Env() { setenv("QMOE_CUDA_STREAM", "1", 1); }
+    ~Env() { unsetenv("QMOE_CUDA_STREAM"); unsetenv("QMOE_CUDA_STREAM_NT"); }
+  } env;
+  const int E = 5, H = 392, I = 104;
+  for (size_t ci = 0; ci < cases.size(); ++ci) {
+    const Case& c = cases[ci];
+    ExpertWeights w = make_weights(c.spec, E, H, I, 700 + static_cast<int>(ci));
+    const Activation act = !c.spec.bias ? Activation::kSiluMul : ci % 2 ? Activation::kGeluMul : Activation::kSwigluOai;
+    cuda::DevExperts ex = cuda::prepare(w, act);
+    const Tol tol = tol_for(w, "sm90");
+    for (const char* nt : {"16", "64"}) {
+      setenv("QMOE_CUDA_STREAM_NT", nt, 1);
+      for (int mode : {0, 2}) {  // 2: expert 3 gets no token
+        for (int64_t m : {60, 333}) {  // 24 / 134 rows per expert
+          const std::string kern = cuda::forward_kernels(ex, m, 2);
+          ASSERT_NE(kern.find(str("sm90-stream", nt)), std::string::npos) << c.name << " M=" << m << " ran " << kern;
+          Tensor x = test::random_tensor(w.act_dtype, {m, H}, 710 + m + mode);
+          Routing r = random_routing(m, 2, E, 720 + m + mode, mode);
+          Tensor want = ref::reference_forward_routed(w, config(E, 2, act), nullptr, x, r.w, r.ids);
+          expect_close(run_device(ex, nullptr, x, r, false), want, tol,
+                       str(c.name, " NT ", nt, " mode ", mode, " M=", m, " (", kern, ")"));
+        }
+      }
+      // expert parallelism: 8 global experts, the 5 local ones are global 0, 2, 3, 5, 7
+      std::vector<int32_t> emap = {0, -1, 1, 2, -1, 3, -1, 4};
+      const int64_t m = 150;
+      Tensor x = test::random_tensor(w.act_dtype, {m, H}, 730 + m);
+      Routing r = random_routing(m, 2, 8, 731 + m);
+      MoeConfig cfg = config(8, 2, act);
+      cfg.expert_map = emap;
+      Tensor want = ref::reference_forward_routed(w, cfg, nullptr, x, r.w, r.ids);
+      expect_close(run_device(ex, nullptr, x, r, false, emap), want, tol, str(c.name, " NT ", nt, " EP M=", m));
+    }
+  }
+  // longer K and several boxes per expert (K = 1000 / 600, N = 1200 / 1000), 9 experts, top-3
+  {
+    ref::SchemeSpec sp;
+    sp.kind = SchemeKind::kFP8W8A8; sp.fp8_strategy = Strategy::kChannel; sp.act = ActQuant::kFP8Token;
+    for (int fp8 = 0; fp8 < 2; ++fp8) {
+      ExpertWeights w = make_weights(fp8 ? sp : ref::SchemeSpec{}, 9, 1000, 600, 740 + fp8);
+      cuda::DevExperts ex = cuda::prepare(w, Activation::kSiluMul);
+      for (const char* nt : {"16", "64"}) {
+        setenv("QMOE_CUDA_STREAM_NT", nt, 1);
+        const int64_t m = 77;  // 26 rows per expert
+        const std::string kern = cuda::forward_kernels(ex, m, 3);
+        ASSERT_NE(kern.find("sm90-stream"), std::string::npos) << kern;
+        Tensor x = test::random_tensor(w.act_dtype, {m, 1000}, 750 + fp8);
+        Routing r = random_routing(m, 3, 9, 751 + fp8);
+        Tensor want = ref::reference_forward_routed(w, config(9, 3), nullptr, x, r.w, r.ids);
+        expect_close(run_device(ex, nullptr, x, r, false), want, tol_for(w, "sm90"), str("long K fp8=", fp8, " NT ", nt));
+      }
+    }
+  }
+}
+
 // The Hopper gather's fp8 activation quantization (sm90_gather_warp_kernel: per token, per 1x128
 // group, static) against the reference's (cpu/ref/act_quant.cpp) bit for bit: every e4m3 code and
 // every scale. Rows of very different magnitudes (1e-30 .. 1e30, all zeros, values that land on

@@ -194,6 +194,43 @@ TEST(SelectSm90, RowsPerExpertThresholds) {
   EXPECT_EQ(select_sm90(32, 256, Sm90Kind::kFp4).bm, 128);
 }
 
+// The streaming kernel's rule (config.h select_sm90_stream) on the anchor shapes (132 SMs; boxes =
+// GEMM1's 256-row weight boxes: llama4-scout 64, mixtral-8x7b 112, deepseek-v3 16, gpt-oss-120b 23,
+// qwen3-30b-a3b 6).
+TEST(SelectSm90, StreamKernelRule) {
+  auto on = [](int64_t rows, int E, int64_t touched, int boxes, bool fp8, int mode = -1, int nt = 0) {
+    Sm90Choice c;
+    select_sm90_stream(c, rows, E, touched, boxes, fp8, 132, true, mode, nt);
+    EXPECT_TRUE(!c.stream || (c.wgmma && (c.bm == 16 || c.bm == 64)));
+    return c.stream;
+  };
+  EXPECT_TRUE(on(1, 16, 16, 64, false));    // llama4-scout M = 16
+  EXPECT_TRUE(on(4, 16, 16, 64, true));     // llama4-scout M = 64
+  EXPECT_FALSE(on(1, 16, 1, 64, false));    // llama4-scout M = 1: 64 items
+  EXPECT_FALSE(on(16, 16, 16, 64, false));  // llama4-scout M = 256
+  EXPECT_TRUE(on(4, 8, 8, 112, false));     // mixtral-8x7b M = 16
+  EXPECT_FALSE(on(1, 8, 2, 112, true));     // mixtral-8x7b M = 1: 224 items
+  EXPECT_FALSE(on(16, 8, 8, 112, true));    // mixtral-8x7b M = 64
+  EXPECT_TRUE(on(8, 256, 256, 16, true));   // deepseek-v3 M = 256 fp8
+  EXPECT_FALSE(on(8, 256, 256, 16, false)); // ... bf16
+  EXPECT_FALSE(on(2, 256, 256, 16, true));  // deepseek-v3 M = 64
+  EXPECT_TRUE(on(8, 128, 128, 23, true));   // gpt-oss-120b M = 256 fp8
+  EXPECT_FALSE(on(4, 128, 128, 6, true));   // qwen3-30b-a3b M = 64
+  EXPECT_FALSE(on(16, 128, 128, 6, true));  // qwen3-30b-a3b M = 256
+  // overrides, and the M-block
+  EXPECT_TRUE(on(100, 128, 128, 6, false, 1));
+  EXPECT_FALSE(on(4, 16, 16, 64, false, 0));
+  Sm90Choice c;
+  select_sm90_stream(c, 30, 8, 8, 112, false, 132, true, 1);
+  EXPECT_EQ(c.bm, 64);
+  select_sm90_stream(c, 30, 8, 8, 112, false, 132, true, 1, 16);
+  EXPECT_EQ(c.bm, 16);
+  Sm90Choice d;
+  select_sm90_stream(d, 4, 16, 16, 64, false, 132, false);  // not eligible: the choice stands
+  EXPECT_FALSE(d.stream);
+  EXPECT_FALSE(d.wgmma);
+}
+
 TEST(SelectSm90, OverridesReplaceTheRules) {
   EXPECT_TRUE(select_sm90(1, 128, Sm90Kind::kPlain, 1).wgmma);
   EXPECT_FALSE(select_sm90(20, 8, Sm90Kind::kPlain, 21).wgmma);

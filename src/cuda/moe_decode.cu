@@ -601,7 +601,14 @@ __global__ void __launch_bounds__(kThreads90, dec90_min_blocks<F, MODE, R>())
   if (!p.ids_ready) pdl_wait();
   const int split = blockIdx.z;
   const int ntiles = p.np / kDecodeTileN;
-  const int nmb = min(p.max_blocks, (*p.num_post + R - 1) / R);
+  // direct routing (one token, no align; GemmParams::direct_ids): M-block b is slot b alone
+  const bool direct = p.direct_ids != nullptr;
+  const auto expert_of = [&p, direct](int mb) {
+    if (!direct) return p.expert_ids[mb];
+    const int e = p.direct_ids[mb];
+    return p.direct_emap != nullptr ? p.direct_emap[e] : e;
+  };
+  const int nmb = direct ? min(p.max_blocks, p.numel) : min(p.max_blocks, (*p.num_post + R - 1) / R);
   const int total = nmb * ntiles;
   // an even split (shares differ by at most one item): ceil(total / blocks) per block left the
   // last blocks empty (ncu, mixtral-8x7b fp8 M = 1 GEMM1: 37 of 396 blocks without an item)
@@ -705,7 +712,7 @@ __global__ void __launch_bounds__(kThreads90, dec90_min_blocks<F, MODE, R>())
   };
   // the next item of this block with a local expert, from c on (c.it == item1 when none)
   auto next_live = [&](Item c) {
-    while (c.it < item1 && p.expert_ids[c.mb] < 0) step(c);
+    while (c.it < item1 && expert_of(c.mb) < 0) step(c);
     return c;
   };
 
@@ -717,7 +724,7 @@ __global__ void __launch_bounds__(kThreads90, dec90_min_blocks<F, MODE, R>())
     for (Item c = next_live(first); c.it < item1; ++ti) {
       const int buf = ti & 1;
       if (ti >= 2) mbar_wait(&sempty[buf], ((ti >> 1) - 1) & 1);
-      stage_tile(p.expert_ids[c.mb], c.nb, buf);
+      stage_tile(expert_of(c.mb), c.nb, buf);
       asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_u32(&sfull[buf])) : "memory");
       step(c);
       c = next_live(c);
@@ -730,7 +737,7 @@ __global__ void __launch_bounds__(kThreads90, dec90_min_blocks<F, MODE, R>())
     if (lane == 0) {
       RingPos rp;  // over the block's items
       for (Item c = first; c.it < item1; step(c)) {
-        const int e = p.expert_ids[c.mb], nb = c.nb;
+        const int e = expert_of(c.mb), nb = c.nb;
         if (e < 0) continue;  // expert on another rank: its slots stay zero (pre-cleared)
         for (int st = 0; st < nst; ++st, rp.next(stages)) {
           const int slot = rp.slot;
@@ -799,7 +806,7 @@ __global__ void __launch_bounds__(kThreads90, dec90_min_blocks<F, MODE, R>())
   Item cur = next_live(first);
   for (int ti = 0; cur.it < item1; ++ti) {
     const int mb = cur.mb, nb = cur.nb;
-    const int e = p.expert_ids[mb];
+    const int e = expert_of(mb);
     const int buf = ti & 1;
     Item nxt = cur;
     step(nxt);
@@ -1197,6 +1204,27 @@ bool decode90_fit(WFmt fmt, int mode, int chunk, int kp, DecodeConfig& d, int ma
   return false;
 }
 
+namespace {
+// Direct routing's table (moe_gemm.cuh direct_rows_table): block b = {b, sentinels}.
+struct DirectRows {
+  int32_t v[kDirectMaxSlots * kDecodeRows];
+  constexpr DirectRows() : v{} {
+    for (int i = 0; i < kDirectMaxSlots * kDecodeRows; ++i) v[i] = i % kDecodeRows == 0 ? i / kDecodeRows : 0x7fffffff;
+  }
+};
+__device__ const DirectRows g_direct_rows = DirectRows();
+
+}  // namespace
+
+const int32_t* direct_rows_table() {
+  static const int32_t* t = [] {
+    void* a = nullptr;
+    QMOE_CUDA_OK(cudaGetSymbolAddress(&a, g_direct_rows));
+    return static_cast<const int32_t*>(a);
+  }();
+  return t;
+}
+
 void launch_moe_decode(bool f16, WFmt fmt, int mode, int slab_ktiles, int max_rows, bool sm90, int rows,
                        const GemmParams& p, cudaStream_t s) {
   QMOE_CHECK(decode_supports(fmt, mode), kInternal, "moe_decode: no kernel for format ", static_cast<int>(fmt),
@@ -1204,6 +1232,8 @@ void launch_moe_decode(bool f16, WFmt fmt, int mode, int slab_ktiles, int max_ro
   QMOE_CHECK(!sm90 || decode90_available(), kInternal, "moe_decode: the sm_90 kernel is not available");
   QMOE_CHECK(rows == 8 || (rows == 16 && sm90), kInternal, "moe_decode: ", rows,
              "-row M-blocks need the sm_90 kernel (the register-ring one has 8)");
+  QMOE_CHECK(p.direct_ids == nullptr || (sm90 && rows == kDecodeRows && p.numel <= kDirectMaxSlots), kInternal,
+             "moe_decode: direct routing needs the sm_90 kernel, 8-row blocks and at most ", kDirectMaxSlots, " slots");
   if (f16) {
     if (sm90 && rows == 16) launch_fmt<F16, true, 16>(fmt, mode, slab_ktiles, max_rows, p, s);
     else if (sm90) launch_fmt<F16, true>(fmt, mode, slab_ktiles, max_rows, p, s);

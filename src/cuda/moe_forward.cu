@@ -103,6 +103,13 @@ int wg64_max_rows_env() {
   return v;
 }
 
+// Direct routing for one token on the bulk decode kernel (no align); QMOE_CUDA_DIRECT=0 keeps align
+// (measurements; read per plan).
+bool direct_on() {
+  const char* v = std::getenv("QMOE_CUDA_DIRECT");
+  return !(v != nullptr && v[0] == '0');
+}
+
 // The Hopper path's streaming kernel (select_sm90_stream): QMOE_CUDA_STREAM=0 / 1 never / always
 // where eligible, QMOE_CUDA_STREAM_NT=16 / 64 its M-block (read per plan: tests switch them).
 int stream_mode_env() {
@@ -194,6 +201,8 @@ struct ExpertsPlan {
   DecodeConfig d1, d2;
   bool dec90_1 = false, dec90_2 = false;  // the sm_90 bulk-streaming decode kernel for GEMM1 / GEMM2
   int dec_r = kDecodeRows;                // decode M-block rows (8, or 16 on the sm_90 bulk kernel)
+  // one token on the bulk kernel: no align, M-block b is slot b (GemmParams::direct_ids)
+  bool direct = false;
   // bound on the valid rows of one decode M-block: each valid row is a distinct slot
   int dec_rows() const { return static_cast<int>(std::min<int64_t>(dec_r, numel)); }
   int bm = 16, cap = 0;
@@ -305,6 +314,7 @@ struct ExpertsPlan {
           bm = dec_r;
           c1.splits = d1.splits;
           c2.splits = d2.splits;
+          direct = m == 1 && dec90_1 && dec90_2 && dec_r == kDecodeRows && numel <= kDirectMaxSlots && direct_on();
         }
       }
     }
@@ -517,9 +527,20 @@ void run_experts(const DevExperts& ex, const ExpertsPlan& pl, const void* x, con
     QMOE_CUDA_OK(cudaMemsetAsync(pl.partial, 0, static_cast<size_t>(pl.numel) * ex.w13.np * 4, s));
   if (pl.c2.splits > 1 || emap != nullptr)
     QMOE_CUDA_OK(cudaMemsetAsync(pl.o, 0, static_cast<size_t>(pl.numel) * H * 4, s));
-  launch_align(topk_ids, static_cast<int>(pl.numel), emap, ex.num_experts, pl.bm, pl.cap, pl.sorted, pl.eids,
-               pl.npost, pl.hist, s);
-  sync_check(s, "align");
+  if (!pl.direct) {
+    launch_align(topk_ids, static_cast<int>(pl.numel), emap, ex.num_experts, pl.bm, pl.cap, pl.sorted, pl.eids,
+                 pl.npost, pl.hist, s);
+    sync_check(s, "align");
+  }
+  // direct routing: the bulk decode kernels take the M-blocks from the routing itself
+  auto direct = [&](GemmParams& g) {
+    if (!pl.direct) return;
+    g.sorted_ids = direct_rows_table();
+    g.expert_ids = nullptr;
+    g.num_post = nullptr;
+    g.direct_ids = topk_ids;
+    g.direct_emap = emap;
+  };
   // ---- GEMM1 operand rows
   const void* a = x;
   int a_row_div = pl.top_k;
@@ -549,6 +570,7 @@ void run_experts(const DevExperts& ex, const ExpertsPlan& pl, const void* x, con
   }
   GemmParams g1;
   fill_gemm_common(g1, ex.w13, pl, ex.num_experts);
+  direct(g1);
   g1.a = a;
   g1.lda = H;
   g1.a_row_div = a_row_div;
@@ -608,6 +630,7 @@ void run_experts(const DevExperts& ex, const ExpertsPlan& pl, const void* x, con
   }
   GemmParams g2;
   fill_gemm_common(g2, ex.w2, pl, ex.num_experts);
+  direct(g2);
   g2.a = a2;
   g2.lda = I;
   g2.a_row_div = 1;
@@ -670,7 +693,7 @@ std::string forward_kernels(const DevExperts& ex, int64_t m, int top_k) {
   if (p.routed.dec)
     return str(ex.method, " gemm1=", p.routed.dec90_1 ? "decode90" : "decode", p.routed.dec_r == 16 ? "r16" : "",
                "/split", p.routed.c1.splits, " gemm2=", p.routed.dec90_2 ? "decode90" : "decode",
-               p.routed.dec_r == 16 ? "r16" : "", "/split", p.routed.c2.splits);
+               p.routed.dec_r == 16 ? "r16" : "", "/split", p.routed.c2.splits, p.routed.direct ? " direct" : "");
   auto tn = [](Tile t) { return t == Tile::kSmall ? "small" : t == Tile::kMedium ? "medium" : "large"; };
   return str(ex.method, " gemm1=", tn(p.routed.c1.tile), "/split", p.routed.c1.splits, " gemm2=", tn(p.routed.c2.tile),
              "/split", p.routed.c2.splits);

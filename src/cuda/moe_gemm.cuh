@@ -22,6 +22,11 @@ struct GemmParams {
   const int32_t* num_post = nullptr;
   int numel = 0;                    // sentinel value of sorted_ids
   int max_blocks = 0;               // M-blocks in the grid
+  // direct routing (the sm_90 bulk decode kernel, one token: no align): M-block b holds slot b
+  // alone (sorted_ids = direct_rows_table()), its expert is direct_emap[direct_ids[b]] (or
+  // direct_ids[b] without a map); expert_ids / num_post are unused
+  const int32_t* direct_ids = nullptr;
+  const int32_t* direct_emap = nullptr;
   // weights
   const uint8_t* w = nullptr;
   int np = 0, kp = 0;               // padded dims of the atoms
@@ -51,6 +56,10 @@ struct GemmParams {
 // 3 (fp8 only) exact operands + one scale pair for the whole K (no chunk accumulators).
 // N extent of one block of `tile` for weights `fmt` (grid sizing is internal; this is for logs).
 int tile_bn_for(Tile tile, WFmt fmt);
+// Direct routing's sorted ids (GemmParams::direct_ids): block b of kDecodeRows rows holds slot b,
+// then sentinels; for up to kDirectMaxSlots slots. A constant device table.
+constexpr int kDirectMaxSlots = 32;
+const int32_t* direct_rows_table();
 void launch_moe_gemm(bool f16, WFmt fmt, int mode, Tile tile, const GemmParams& p, cudaStream_t s);
 
 }  // namespace qmoe::cuda

@@ -492,6 +492,52 @@ TEST(CudaSm90, StreamKernelMatchesReference) {
   }
 }
 
+// One token on the sm_90 bulk decode kernel runs without align (GemmParams::direct_ids: M-block b
+// is slot b, its expert read from the routing): top-1 / 8 / 32 of 40 experts, 16-bit, fp8 and int4
+// weights, expert parallelism (slots on other ranks stay zero), and the same with align
+// (QMOE_CUDA_DIRECT=0); both against the reference.
+TEST(CudaSm90, OneTokenDecodeWithoutAlign) {
+  SKIP_WITHOUT_GPU();
+  SKIP_WITHOUT_SM90();
+  std::vector<Case> cases;
+  auto add = [&](std::string n, auto f) { add_case(cases, std::move(n), f); };
+  add("bf16", [](auto&) {});
+  add("fp8_channel_token", [](auto& sp) {
+    sp.kind = SchemeKind::kFP8W8A8; sp.fp8_strategy = Strategy::kChannel; sp.act = ActQuant::kFP8Token; });
+  add("int4_g128_asym", [](auto& sp) { sp.kind = SchemeKind::kWNA16; sp.bits = 4; sp.group_size = 128; sp.symmetric = false; });
+  const int E = 40, H = 520, I = 200;
+  for (size_t ci = 0; ci < cases.size(); ++ci) {
+    const Case& c = cases[ci];
+    ExpertWeights w = make_weights(c.spec, E, H, I, 800 + static_cast<int>(ci));
+    cuda::DevExperts ex = cuda::prepare(w, Activation::kSiluMul);
+    for (int k : {1, 8, 32}) {
+      const std::string kern = cuda::forward_kernels(ex, 1, k);
+      ASSERT_NE(kern.find("decode90"), std::string::npos) << c.name << " top-" << k << " ran " << kern;
+      ASSERT_NE(kern.find("direct"), std::string::npos) << c.name << " top-" << k << " ran " << kern;
+      Tensor x = test::random_tensor(w.act_dtype, {1, H}, 810 + k);
+      Routing r = random_routing(1, k, E, 820 + k);
+      Tensor want = ref::reference_forward_routed(w, config(E, k), nullptr, x, r.w, r.ids);
+      const Tol tol = tol_for(w, kern);
+      expect_close(run_device(ex, nullptr, x, r, false), want, tol, str(c.name, " top-", k, " direct"));
+      setenv("QMOE_CUDA_DIRECT", "0", 1);
+      const std::string kern0 = cuda::forward_kernels(ex, 1, k);
+      EXPECT_EQ(kern0.find("direct"), std::string::npos) << kern0;
+      expect_close(run_device(ex, nullptr, x, r, false), want, tol, str(c.name, " top-", k, " with align"));
+      unsetenv("QMOE_CUDA_DIRECT");
+    }
+    // expert parallelism: 48 global experts, the 40 local ones are the global ids not divisible by 6
+    std::vector<int32_t> emap(48, -1);
+    for (int g = 0, l = 0; g < 48; ++g)
+      if (g % 6 != 0) emap[g] = l++;
+    Tensor x = test::random_tensor(w.act_dtype, {1, H}, 830);
+    Routing r = random_routing(1, 8, 48, 831);
+    MoeConfig cfg = config(48, 8);
+    cfg.expert_map = emap;
+    Tensor want = ref::reference_forward_routed(w, cfg, nullptr, x, r.w, r.ids);
+    expect_close(run_device(ex, nullptr, x, r, false, emap), want, tol_for(w, "decode90"), str(c.name, " EP direct"));
+  }
+}
+
 // The Hopper gather's fp8 activation quantization (sm90_gather_warp_kernel: per token, per 1x128
 // group, static) against the reference's (cpu/ref/act_quant.cpp) bit for bit: every e4m3 code and
 // every scale. Rows of very different magnitudes (1e-30 .. 1e30, all zeros, values that land on

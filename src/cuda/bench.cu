@@ -216,7 +216,7 @@ struct BenchLayer {
 
 // Whole-layer time of qmoe's own kernels on a dense problem (E = 1, top_k = 1): the fallback
 // matrix rate when cuBLAS cannot be loaded.
-double own_rate(bool fp8, cudaStream_t s) {
+double own_rate(bool fp8, double settle_ms) {
   BenchProblem p;
   p.num_experts = 1; p.top_k = 1; p.hidden = 8192; p.intermediate = 8192; p.m = 8192;
   if (fp8) {
@@ -226,7 +226,7 @@ double own_rate(bool fp8, cudaStream_t s) {
     p.scheme.weights.strategy = Strategy::kChannel;
     p.scheme.act = ActQuant::kFP8Token;
   }
-  BenchResult r = cuda_bench(p, 2, 5, 0);
+  BenchResult r = cuda_bench(p, 2, 5, settle_ms);
   return 6.0 * p.m * p.hidden * p.intermediate / (r.us * 1e-6) / 1e12;
 }
 
@@ -264,14 +264,14 @@ DeviceCeilings cuda_measure_ceilings(double settle_ms) {
     c.bf16_tflops = bf;
     how += "bf16 by cuBLAS";
   } else {
-    c.bf16_tflops = own_rate(false, s);
+    c.bf16_tflops = own_rate(false, settle_ms);
     how += "bf16 by qmoe's own GEMM (cuBLAS not loadable)";
   }
   if (f8 > 0) {
     c.fp8_tflops = f8;
     how += ", fp8 by cuBLASLt";
   } else {
-    c.fp8_tflops = own_rate(true, s);
+    c.fp8_tflops = own_rate(true, settle_ms);
     how += ", fp8 by qmoe's own GEMM (cuBLASLt not loadable)";
   }
   if (i8 > 0) {

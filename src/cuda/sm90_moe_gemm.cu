@@ -522,22 +522,25 @@ __global__ void __launch_bounds__(384, 1)
     for (int sl = 0; sl < 2; ++sl)
 #pragma unroll
       for (int i = 0; i < NA; ++i) acc[sl][i] = 0.f;
+    // one stage: wait for its data, then 4 k-steps x 2 slices: mma(slice, weight desc, token desc, k-step)
+    auto issue_stage = [&](auto&& mma) {
+      mbar_wait(&full[slot], ph);
+      const uint8_t* w_st = sW + slot * C::W_ST + cw * 128 * 128;
+      const uint8_t* x_st = sX + slot * C::X_ST;
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk)
+#pragma unroll
+        for (int sl = 0; sl < 2; ++sl) mma(sl, smem_desc(w_st + sl * 64 * 128 + kk * 32), smem_desc(x_st + kk * 32), kk);
+      wgmma_commit();
+    };
     if constexpr (FP8) {
       float tmp[2][NA];
       for (int kt = 0; kt < nk; ++kt) {
-        mbar_wait(&full[slot], ph);
-        const uint8_t* w_st = sW + slot * C::W_ST + cw * 128 * 128;
-        const uint8_t* x_st = sX + slot * C::X_ST;
-        wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < 4; ++kk)
-#pragma unroll
-          for (int sl = 0; sl < 2; ++sl) {
-            const uint64_t da = smem_desc(w_st + sl * 64 * 128 + kk * 32), db = smem_desc(x_st + kk * 32);
-            if constexpr (NT == 64) wgmma_n64_e4m3(tmp[sl], da, db, kk);
-            else wgmma_n16_e4m3(tmp[sl], da, db, kk);
-          }
-        wgmma_commit();
+        issue_stage([&](int sl, uint64_t da, uint64_t db, int kk) {
+          if constexpr (NT == 64) wgmma_n64_e4m3(tmp[sl], da, db, kk);
+          else wgmma_n16_e4m3(tmp[sl], da, db, kk);
+        });
         wgmma_wait0();
         if (lane == 0) mbar_arrive(&empty[slot]);
         advance();
@@ -549,24 +552,15 @@ __global__ void __launch_bounds__(384, 1)
     } else {
       int prev = -1;
       for (int kt = 0; kt < nk; ++kt) {
-        mbar_wait(&full[slot], ph);
-        const uint8_t* w_st = sW + slot * C::W_ST + cw * 128 * 128;
-        const uint8_t* x_st = sX + slot * C::X_ST;
-        wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < 4; ++kk)
-#pragma unroll
-          for (int sl = 0; sl < 2; ++sl) {
-            const uint64_t da = smem_desc(w_st + sl * 64 * 128 + kk * 32), db = smem_desc(x_st + kk * 32);
-            if constexpr (NT == 64) {
-              if constexpr (std::is_same_v<Op, BF16>) wgmma_n64_bf16(acc[sl], da, db, 1);
-              else wgmma_n64_f16(acc[sl], da, db, 1);
-            } else {
-              if constexpr (std::is_same_v<Op, BF16>) wgmma_n16_bf16(acc[sl], da, db, 1);
-              else wgmma_n16_f16(acc[sl], da, db, 1);
-            }
+        issue_stage([&](int sl, uint64_t da, uint64_t db, int) {
+          if constexpr (NT == 64) {
+            if constexpr (std::is_same_v<Op, BF16>) wgmma_n64_bf16(acc[sl], da, db, 1);
+            else wgmma_n64_f16(acc[sl], da, db, 1);
+          } else {
+            if constexpr (std::is_same_v<Op, BF16>) wgmma_n16_bf16(acc[sl], da, db, 1);
+            else wgmma_n16_f16(acc[sl], da, db, 1);
           }
-        wgmma_commit();
+        });
         // this stage's HGMMAs stay in flight while the next one is awaited; the previous are done
         wgmma_wait1();
         if (prev >= 0 && lane == 0) mbar_arrive(&empty[prev]);

@@ -281,13 +281,10 @@ TEST(CudaMoeEdges, ManyExpertsPrefill) {
   }
 }
 
-// ---- the Hopper (sm_90a wgmma + TMA) prefill path: taken where it should be, and exact ----
-// Odd sizes (H = 392 and I = 104 are not multiples of the 64 / 128-wide k-blocks, N tiles are
-// partly out of range), an expert with no tokens, expert parallelism, every fp8 scale layout the
-// path runs (per-tensor static, per-channel x per-token, 128-row blocks x 1x128 groups).
-TEST(CudaSm90, PrefillPathIsTakenAndMatchesReference) {
-  SKIP_WITHOUT_GPU();
-  SKIP_WITHOUT_SM90();
+// The 16-bit and fp8 schemes with one scale pair for all of K (what both Hopper plain-weight
+// kernels, the tile and the streaming one, run): bf16, fp16, fp8 per-tensor static, per-channel x
+// per-token in a bf16 and an fp16 model.
+std::vector<Case> hopper_plain_cases() {
   std::vector<Case> cases;
   auto add = [&](std::string n, auto f) { add_case(cases, std::move(n), f); };
   add("bf16", [](auto&) {});
@@ -299,6 +296,18 @@ TEST(CudaSm90, PrefillPathIsTakenAndMatchesReference) {
   add("fp8_channel_token_fp16", [](auto& sp) {
     sp.kind = SchemeKind::kFP8W8A8; sp.fp8_strategy = Strategy::kChannel; sp.act = ActQuant::kFP8Token;
     sp.act_dtype = DType::kF16; });
+  return cases;
+}
+
+// ---- the Hopper (sm_90a wgmma + TMA) prefill path: taken where it should be, and exact ----
+// Odd sizes (H = 392 and I = 104 are not multiples of the 64 / 128-wide k-blocks, N tiles are
+// partly out of range), an expert with no tokens, expert parallelism, every fp8 scale layout the
+// path runs (per-tensor static, per-channel x per-token, 128-row blocks x 1x128 groups).
+TEST(CudaSm90, PrefillPathIsTakenAndMatchesReference) {
+  SKIP_WITHOUT_GPU();
+  SKIP_WITHOUT_SM90();
+  std::vector<Case> cases = hopper_plain_cases();
+  auto add = [&](std::string n, auto f) { add_case(cases, std::move(n), f); };
   add("fp8_block_group128", [](auto& sp) {
     sp.kind = SchemeKind::kFP8W8A8; sp.fp8_strategy = Strategy::kBlock; sp.act = ActQuant::kFP8Group128;
     sp.block = {8, 128}; });
@@ -422,17 +431,8 @@ TEST(CudaSm90, TailBlocksAtTheOneWarpgroupBoundary) {
 TEST(CudaSm90, StreamKernelMatchesReference) {
   SKIP_WITHOUT_GPU();
   SKIP_WITHOUT_SM90();
-  std::vector<Case> cases;
+  std::vector<Case> cases = hopper_plain_cases();
   auto add = [&](std::string n, auto f) { add_case(cases, std::move(n), f); };
-  add("bf16", [](auto&) {});
-  add("fp16", [](auto& sp) { sp.act_dtype = DType::kF16; sp.weight_dtype = DType::kF16; });
-  add("fp8_tensor_static", [](auto& sp) {
-    sp.kind = SchemeKind::kFP8W8A8; sp.fp8_strategy = Strategy::kTensor; sp.act = ActQuant::kFP8Tensor; });
-  add("fp8_channel_token", [](auto& sp) {
-    sp.kind = SchemeKind::kFP8W8A8; sp.fp8_strategy = Strategy::kChannel; sp.act = ActQuant::kFP8Token; });
-  add("fp8_channel_token_fp16", [](auto& sp) {
-    sp.kind = SchemeKind::kFP8W8A8; sp.fp8_strategy = Strategy::kChannel; sp.act = ActQuant::kFP8Token;
-    sp.act_dtype = DType::kF16; });
   add("bf16_bias", [](auto& sp) { sp.bias = true; });
   add("fp8_channel_token_bias", [](auto& sp) {
     sp.kind = SchemeKind::kFP8W8A8; sp.fp8_strategy = Strategy::kChannel; sp.act = ActQuant::kFP8Token; sp.bias = true; });

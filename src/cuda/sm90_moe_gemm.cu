@@ -65,6 +65,9 @@ struct Sm90Cfg {
 };
 
 // ---- PTX helpers (sm_90) -------------------------------------------------------------------------
+__device__ __forceinline__ uint8_t* align_1024(uint8_t* p) {
+  return reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(p) + 1023) & ~uintptr_t(1023));
+}
 __device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, uint64_t* bar, int c0, int c1) {
   asm volatile(
       "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];\n" ::"r"(
@@ -123,7 +126,7 @@ __global__ void __launch_bounds__(384, 1)
   constexpr int BN = C::BN, BK = C::BK, STAGES = C::STAGES, NACC = C::NACC, WN = C::WN;
   static_assert(BM == kBM || (BM == 64 && !I8), "64-row M-blocks: 16-bit and fp8 only");
   extern __shared__ uint8_t smem_raw[];
-  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  uint8_t* smem = align_1024(smem_raw);  // 128B-swizzled stages start on 1024-byte boundaries
   uint8_t* sA = smem;
   uint8_t* sB = smem + STAGES * C::A_ST;
   uint64_t* full = reinterpret_cast<uint64_t*>(sB + STAGES * C::B_ST);
@@ -450,7 +453,7 @@ __global__ void __launch_bounds__(384, 1)
   constexpr int STAGES = C::STAGES, NA = NT / 2;  // accumulators per m64 slice per thread
   static_assert(NT == 16 || NT == 64, "M-blocks of 16 or 64 rows");
   extern __shared__ uint8_t smem_raw[];
-  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  uint8_t* smem = align_1024(smem_raw);  // 128B-swizzled stages start on 1024-byte boundaries
   uint8_t* sW = smem;
   uint8_t* sX = smem + STAGES * C::W_ST;
   uint64_t* full = reinterpret_cast<uint64_t*>(sX + STAGES * C::X_ST);
@@ -691,7 +694,7 @@ __global__ void __launch_bounds__(384, 1)
   constexpr int KA = WqFmt<F>::KA, UNIT = WqFmt<F>::UNIT, ATOMS = C::ATOMS, STAGES = kWqStages;
   constexpr bool FP4 = kWqFp4<F>;
   extern __shared__ uint8_t smem_raw[];
-  uint8_t* smem = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t(1023));
+  uint8_t* smem = align_1024(smem_raw);  // 128B-swizzled stages start on 1024-byte boundaries
   uint8_t* sX = smem;
   uint8_t* sW = smem + STAGES * C::X_ST;
   uint64_t* full = reinterpret_cast<uint64_t*>(sW + STAGES * C::W_ST);

@@ -37,6 +37,9 @@ struct Sm90Gemm {
   // 1: a 128-row M-block with at most 64 live rows (an expert's last) runs on one consumer
   // warpgroup (the 16-bit / fp8 / INT8 kernel); 0 (QMOE_CUDA_HALF_TAIL=0, for measurements): on two
   int half_tail = 1;
+  // streaming kernel: 1 reads each weight box with an L2 evict-first policy (read once), so the
+  // M-block's token tiles, read again for every box, stay in L2; 0 (QMOE_CUDA_STREAM_HINT=0): default policy
+  int w_evict_first = 1;
   // plain weights (tiled: sm90_plain_bytes), logical n x k
   const void* w = nullptr;
   int num_experts = 0;

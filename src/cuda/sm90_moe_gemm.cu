@@ -484,6 +484,7 @@ __global__ void __launch_bounds__(384, 1)
       asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&tma_x)) : "memory");
       int slot = 0;
       uint32_t ph = 0;
+      const uint64_t pol = l2_evict_first_policy();
       for (int it = item0; it < item1; ++it) {
         const int mb = it / ntn, nb = it - mb * ntn;
         const int e = p.expert_ids[mb];
@@ -491,9 +492,11 @@ __global__ void __launch_bounds__(384, 1)
         for (int kt = 0; kt < nk; ++kt) {
           mbar_wait(&empty[slot], ph ^ 1u);
           mbar_expect_tx(&full[slot], C::W_ST + C::X_ST);
-          bulk_load(sW + slot * C::W_ST,
-                    static_cast<const uint8_t*>(p.w) + static_cast<int64_t>((e * ntn + nb) * w_kt + kt) * C::W_ST,
-                    C::W_ST, &full[slot]);
+          const uint8_t* wsrc = static_cast<const uint8_t*>(p.w) + static_cast<int64_t>((e * ntn + nb) * w_kt + kt) * C::W_ST;
+          // a weight box is read once: evict first, so the token tiles (read for every box of
+          // their M-block) stay in L2 (ncu: without, the tiles came from DRAM, +6% bytes at NT = 16)
+          if (p.w_evict_first) bulk_load_hint(sW + slot * C::W_ST, wsrc, C::W_ST, &full[slot], pol);
+          else bulk_load(sW + slot * C::W_ST, wsrc, C::W_ST, &full[slot]);
           tma_load_2d(sX + slot * C::X_ST, &tma_x, &full[slot], kt * (FP8 ? 128 : 64), mb * NT);
           if (++slot == STAGES) {
             slot = 0;

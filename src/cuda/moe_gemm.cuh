@@ -20,7 +20,7 @@ struct GemmParams {
   const int32_t* sorted_ids = nullptr;
   const int32_t* expert_ids = nullptr;
   const int32_t* num_post = nullptr;
-  int numel = 0;                    // sentinel value of sorted_ids
+  int numel = 0;                    // sentinel value of sorted_ids (direct routing: any value >= numel)
   int max_blocks = 0;               // M-blocks in the grid
   // direct routing (the sm_90 bulk decode kernel, one token: no align): M-block b holds slot b
   // alone (sorted_ids = direct_rows_table()), its expert is direct_emap[direct_ids[b]] (or

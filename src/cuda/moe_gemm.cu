@@ -173,11 +173,16 @@ __global__ void __launch_bounds__(C::kThreads) moe_gemm_kernel(const GemmParams 
   auto flush = [&](int k0) {
     // out += acc * row_scale * col_scale for the chunk that starts at k0; acc = 0. A chunk that
     // starts in the K padding has only zero products (and no scale entry): it adds nothing.
-    const bool live = k0 < p.k;
-    for_each_acc<C>([&](int mi, int h, int nt, int j, int e2) {
-      if (live) out[mi][nt][j][h * 2 + e2] += acc[mi][nt][j][h * 2 + e2] * (rsc[mi][h] * cs[nt][j][e2]);
-      acc[mi][nt][j][h * 2 + e2] = 0.f;
-    });
+    // (MODE 1 only: the other modes never call it, and their `out` is a placeholder)
+    if constexpr (MODE == 1) {
+      const bool live = k0 < p.k;
+      for_each_acc<C>([&](int mi, int h, int nt, int j, int e2) {
+        if (live) out[mi][nt][j][h * 2 + e2] += acc[mi][nt][j][h * 2 + e2] * (rsc[mi][h] * cs[nt][j][e2]);
+        acc[mi][nt][j][h * 2 + e2] = 0.f;
+      });
+    } else {
+      (void)k0;
+    }
   };
   // next k at which the current chunk ends
   int chunk_end = (chunk_k0 / p.chunk + 1) * p.chunk;

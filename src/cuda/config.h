@@ -4,6 +4,7 @@
 // every SM streams weights) and large M (prefill, tensor-core bound: 128x128 tiles).
 // C++17-clean: included by .cu files.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 
 namespace qmoe::cuda {
@@ -178,6 +179,15 @@ inline void select_sm90_stream(Sm90Choice& c, int64_t rows, int num_experts, int
   c.wgmma = true;
   c.stream = true;
   c.bm = nt == 16 || nt == 64 ? nt : rows <= 16 ? 16 : 64;
+}
+// Whether the streaming kernel bulk-copies its weight boxes with an L2 evict-first policy: where the
+// layer's token rows (the M-blocks' B operands, re-read for every weight box) would not stay in L2
+// beside the weight stream, i.e. more than 8 MB of them. Measured on the H200 (tenth session, the
+// policy always on against off): deepseek-v3 / gpt-oss-120b M = 256 fp8 (42 / 8.5 MB of token rows)
+// 1.04 / 1.05x, llama4-scout / mixtral-8x7b M = 16 (1-3 MB) 0.98-0.99x. hint: -1 the rule, 0 never,
+// 1 always (QMOE_CUDA_STREAM_HINT).
+inline bool stream_evict_first(size_t token_row_bytes, int hint = -1) {
+  return hint >= 0 ? hint == 1 : token_row_bytes > (size_t{8} << 20);
 }
 // min_rows / rows64_max > 0 / >= 0: the QMOE_CUDA_WGMMA_MIN_ROWS / QMOE_CUDA_WG64_MAX_ROWS overrides.
 // Measured on the H200 (docs/perf.md):

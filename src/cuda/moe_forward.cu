@@ -443,13 +443,11 @@ void run_experts_sm90(const DevExperts& ex, const ExpertsPlan& pl, const void* x
     q.numel = static_cast<int>(pl.numel);
     q.max_blocks = static_cast<int>(std::min<int64_t>(pl.cap / pl.bm, pl.numel));
     q.half_tail = half_tail_on() ? 1 : 0;
-    // the streaming kernel's weight boxes evict-first where the M-blocks' token rows would not stay
-    // in L2 beside the weight stream (H200, tenth session: deepseek-v3 / gpt-oss-120b M = 256 fp8,
-    // 42 / 8.5 MB of token rows, 1.04 / 1.05x; llama4-scout / mixtral-8x7b M = 16, 1-3 MB, 0.98-0.99x);
-    // QMOE_CUDA_STREAM_HINT=0 / 1 never / always (measurements)
-    const size_t rows_bytes = static_cast<size_t>(pl.cap) * pr.kp * (op.bytes ? 1 : 2);
+    // the streaming kernel's weight boxes evict-first where the token rows would not stay in L2
+    // (config.h stream_evict_first; QMOE_CUDA_STREAM_HINT=0 / 1 never / always, measurements)
     const char* hint = std::getenv("QMOE_CUDA_STREAM_HINT");
-    q.w_evict_first = hint != nullptr ? (hint[0] == '1' ? 1 : 0) : (rows_bytes > (size_t{8} << 20) ? 1 : 0);
+    q.w_evict_first = stream_evict_first(static_cast<size_t>(pl.cap) * pr.kp * (op.bytes ? 1 : 2),
+                                         hint == nullptr ? -1 : hint[0] == '1' ? 1 : 0) ? 1 : 0;
     q.w = wq ? pr.w.ptr : pr.wp.ptr;
     q.num_experts = ex.num_experts;
     q.np = pr.np;

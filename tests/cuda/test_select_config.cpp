@@ -231,6 +231,17 @@ TEST(SelectSm90, StreamKernelRule) {
   EXPECT_FALSE(d.wgmma);
 }
 
+// Evict-first weight loads where the token rows exceed 8 MB (align capacity x padded K x bytes).
+TEST(SelectSm90, StreamEvictFirstThreshold) {
+  EXPECT_TRUE(stream_evict_first(size_t{5888} * 7168));       // deepseek-v3 M = 256 fp8 GEMM1
+  EXPECT_TRUE(stream_evict_first(size_t{2944} * 2880));       // gpt-oss-120b M = 256 fp8
+  EXPECT_FALSE(stream_evict_first(size_t{256} * 5120 * 2));   // llama4-scout M = 16 bf16
+  EXPECT_FALSE(stream_evict_first(size_t{152} * 4096 * 2));   // mixtral-8x7b M = 16 bf16
+  EXPECT_FALSE(stream_evict_first(size_t{8} << 20));          // the threshold itself: off
+  EXPECT_TRUE(stream_evict_first(0, 1));
+  EXPECT_FALSE(stream_evict_first(size_t{1} << 30, 0));
+}
+
 TEST(SelectSm90, OverridesReplaceTheRules) {
   EXPECT_TRUE(select_sm90(1, 128, Sm90Kind::kPlain, 1).wgmma);
   EXPECT_FALSE(select_sm90(20, 8, Sm90Kind::kPlain, 21).wgmma);

@@ -120,6 +120,15 @@ int stream_nt_env() {
   const char* v = std::getenv("QMOE_CUDA_STREAM_NT");
   return v == nullptr ? 0 : std::atoi(v);
 }
+// QMOE_CUDA_STREAM_HINT=0 / 1: the streaming kernel's evict-first weight loads never / always
+// (measurements; read once: no test switches it, and run_experts_sm90 asks for every GEMM).
+int stream_hint_env() {
+  static const int v = [] {
+    const char* e = std::getenv("QMOE_CUDA_STREAM_HINT");
+    return e == nullptr ? -1 : e[0] == '1' ? 1 : 0;
+  }();
+  return v;
+}
 
 // One consumer warpgroup for an expert's last 128-row M-block when it holds <= 64 live rows
 // (Sm90Gemm::half_tail); QMOE_CUDA_HALF_TAIL=0 turns it off for measurements.
@@ -238,10 +247,9 @@ struct ExpertsPlan {
                             : ex.fmt == WFmt::kNV4 || ex.fmt == WFmt::kMX4   ? Sm90Kind::kFp4
                             : op.wq                                            ? Sm90Kind::kWq
                                                                                : Sm90Kind::kPlain;
-      const Sm90Choice ch = select_sm90(rows_per_expert, ex.num_experts, kind, wgmma_min_rows_env(), wg64_max_rows_env());
-      Sm90Choice c2 = ch;
+      Sm90Choice c2 = select_sm90(rows_per_expert, ex.num_experts, kind, wgmma_min_rows_env(), wg64_max_rows_env());
       const bool sm90_ok = sm90_eligible(ex);
-      c2.wgmma = ch.wgmma && sm90_ok;
+      c2.wgmma = c2.wgmma && sm90_ok;
       // 16-bit weights, or fp8 with one scale pair for all of K in both projections
       const bool stream_ok = sm90_ok && kind == Sm90Kind::kPlain &&
                              (ex.fmt == WFmt::k16 || (mode_of(ex.w13, ex.act_quant) == 3 && mode_of(ex.w2, ex.act_quant) == 3));
@@ -444,10 +452,9 @@ void run_experts_sm90(const DevExperts& ex, const ExpertsPlan& pl, const void* x
     q.max_blocks = static_cast<int>(std::min<int64_t>(pl.cap / pl.bm, pl.numel));
     q.half_tail = half_tail_on() ? 1 : 0;
     // the streaming kernel's weight boxes evict-first where the token rows would not stay in L2
-    // (config.h stream_evict_first; QMOE_CUDA_STREAM_HINT=0 / 1 never / always, measurements)
-    const char* hint = std::getenv("QMOE_CUDA_STREAM_HINT");
-    q.w_evict_first = stream_evict_first(static_cast<size_t>(pl.cap) * pr.kp * (op.bytes ? 1 : 2),
-                                         hint == nullptr ? -1 : hint[0] == '1' ? 1 : 0) ? 1 : 0;
+    // (config.h stream_evict_first)
+    if (pl.stream)
+      q.w_evict_first = stream_evict_first(static_cast<size_t>(pl.cap) * pr.kp * (op.bytes ? 1 : 2), stream_hint_env());
     q.w = wq ? pr.w.ptr : pr.wp.ptr;
     q.num_experts = ex.num_experts;
     q.np = pr.np;

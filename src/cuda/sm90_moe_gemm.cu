@@ -437,7 +437,7 @@ __global__ void __launch_bounds__(384, 1)
 // all of K (per-channel / per-tensor weights, per-token / static activations). Epilogue in the
 // accumulator layout: a thread holds weight rows g, g + 8 of each n16 tile (GEMM1: the gate and
 // the up row of one intermediate column) for tokens 8 j + 2 t + {0, 1}.
-template <bool FP8, int NT>
+template <int NT>
 struct StreamCfg {
   static constexpr int W_ST = 256 * 128;  // one weight box: 256 rows x 128 bytes of k
   static constexpr int X_ST = NT * 128;   // the M-block's token rows x 128 bytes of k
@@ -449,7 +449,7 @@ template <class Op, bool FP8, int NT>
 __global__ void __launch_bounds__(384, 1)
     sm90_stream_kernel(const __grid_constant__ CUtensorMap tma_x, const Sm90Gemm p) {
 #if QMOE_SM90A
-  using C = StreamCfg<FP8, NT>;
+  using C = StreamCfg<NT>;
   constexpr int STAGES = C::STAGES, NA = NT / 2;  // accumulators per m64 slice per thread
   static_assert(NT == 16 || NT == 64, "M-blocks of 16 or 64 rows");
   extern __shared__ uint8_t smem_raw[];
@@ -1238,7 +1238,7 @@ void launch_gemm(const Sm90Gemm& p, cudaStream_t s) {
 
 template <class Op, bool FP8, int NT>
 void launch_stream(const Sm90Gemm& p, cudaStream_t s) {
-  using C = StreamCfg<FP8, NT>;
+  using C = StreamCfg<NT>;
   auto kern = sm90_stream_kernel<Op, FP8, NT>;
   static std::once_flag once;
   std::call_once(once, [&] { QMOE_CUDA_OK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM)); });

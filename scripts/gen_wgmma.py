@@ -4,19 +4,21 @@
 error-prone to type). Run from the repository root: python3 scripts/gen_wgmma.py"""
 
 
-def gen(name, n, ptx_types, k, acc="f", a_regs=False, trans=True):
+def gen(name, n, ptx_types, k, acc="f", a_regs=False, trans=True, d_len=0):
     """D[64 x n] (+)= A[64 x k] * B[n x k]^T. acc "f": fp32 accumulators, "r": int32 (no scale
     immediates). a_regs: A from 4 registers per thread (the m16n8k16 A fragment of each warp's 16
     rows) instead of a shared-memory descriptor. trans: emit the two transpose immediates (16-bit
-    types with both operands from shared memory)."""
+    types with both operands from shared memory). d_len: the accumulator array's declared length
+    when it is longer than the n / 2 registers used (the first n columns of a wider tile's
+    accumulators, which share its register layout)."""
     nreg = n // 2
     regl = [f"%{i}" for i in range(nreg)]
     ctype = "float" if acc == "f" else "int"
     dtype = "f32" if acc == "f" else "s32"
     if a_regs:
         head = [f"// D[64 x {n}] (+)= A[64 x {k}] (registers) * B[{n} x {k}]^T (shared memory, K-major); scale_d = 0",
-                "// overwrites D.",
-                f"__device__ __forceinline__ void {name}({ctype} (&d)[{nreg}], const uint32_t (&a)[4], uint64_t db, int scale_d) {{"]
+                "// overwrites D." + (f" d: a {2 * d_len}-column tile's accumulators, of which the first {n} columns." if d_len else ""),
+                f"__device__ __forceinline__ void {name}({ctype} (&d)[{d_len or nreg}], const uint32_t (&a)[4], uint64_t db, int scale_d) {{"]
         a_op = f"{{%{nreg}, %{nreg + 1}, %{nreg + 2}, %{nreg + 3}}}, %{nreg + 4}"
         pred = nreg + 5
         tail = ", 1, 1, 0"  # imm-scale-a, imm-scale-b, imm-trans-b
@@ -62,4 +64,16 @@ out.append(gen("wgmma_n64_f16", 64, "f16.f16", 16))
 out.append(gen("wgmma_n16_e4m3", 16, "e4m3.e4m3", 32, trans=False))
 out.append(gen("wgmma_ra_n128_bf16", 128, "bf16.bf16", 16, a_regs=True))
 out.append(gen("wgmma_ra_n128_f16", 128, "f16.f16", 16, a_regs=True))
+# the quantized-weight kernel's 64- and 32-row token tiles (few rows per expert)
+out.append(gen("wgmma_ra_n64_bf16", 64, "bf16.bf16", 16, a_regs=True))
+out.append(gen("wgmma_ra_n64_f16", 64, "f16.f16", 16, a_regs=True))
+out.append(gen("wgmma_ra_n32_bf16", 32, "bf16.bf16", 16, a_regs=True))
+out.append(gen("wgmma_ra_n32_f16", 32, "f16.f16", 16, a_regs=True))
+# ... and the first half of a token tile whose second half is padding (an expert's last M-block)
+out.append(gen("wgmma_ra_n64_of128_bf16", 64, "bf16.bf16", 16, a_regs=True, d_len=64))
+out.append(gen("wgmma_ra_n64_of128_f16", 64, "f16.f16", 16, a_regs=True, d_len=64))
+out.append(gen("wgmma_ra_n32_of64_bf16", 32, "bf16.bf16", 16, a_regs=True, d_len=32))
+out.append(gen("wgmma_ra_n32_of64_f16", 32, "f16.f16", 16, a_regs=True, d_len=32))
+out.append(gen("wgmma_ra_n16_of32_bf16", 16, "bf16.bf16", 16, a_regs=True, d_len=16))
+out.append(gen("wgmma_ra_n16_of32_f16", 16, "f16.f16", 16, a_regs=True, d_len=16))
 open("src/cuda/sm90_wgmma.inc", "w").write("\n\n".join(out) + "\n")

@@ -195,21 +195,36 @@ inline bool stream_evict_first(size_t token_row_bytes, int hint = -1) {
 //    bf16 1494 -> 893 us, fp8 1561 -> 695 us), and for 16-bit / fp8 weights with at most 16 experts
 //    from 16 (ninth session: 16 rows, 64-row M-blocks, against the 16-row tile: mixtral-8x7b M = 64
 //    bf16 1.15x, fp8 1.19x; llama4-scout M = 256 bf16 1.01x, fp8 1.23x; with 128 experts,
-//    qwen3-30b-a3b M = 256, 0.95-0.97x: not taken); fp4 units from 33 (at 32 rows the wq kernel
-//    measured 2-6% slower than the mma.sync fp4 kernel, at 64 rows 1.4-1.6x faster);
+//    qwen3-30b-a3b M = 256, 0.95-0.97x: not taken); int4 / int8 atoms and W4A8 from 12 (eleventh
+//    session, the wq kernel with a 32-row token tile against the 16-row decode kernel, whose extra
+//    M-blocks stream an expert's weights again: 16 rows 1.33-1.61x on llama4-scout M = 256,
+//    mixtral-8x7b M = 64, qwen3-30b-a3b M = 256; 8 rows 0.97-1.07x); fp4 units from 25 (with
+//    128-row tiles the wq kernel measured 2-6% slower than the mma.sync fp4 kernel at 32 rows and
+//    1.4-1.6x faster at 64; with 64-row tiles at 32 rows 1.18-1.32x, deepseek-v3 / gpt-oss-120b
+//    M = 1024; with 32-row tiles at 16 rows 0.89-1.11x: not taken);
 //  * 64-row M-blocks for 16-bit and fp8 weights up to 40 rows per expert, and up to 64 with >= 64
 //    experts (eighth session: 32 rows 1.13-1.30x against 128-row blocks; 64 rows 1.09-1.11x with 128
 //    experts but 0.91-0.94x with 8 / 16); 128 rows otherwise.
-inline Sm90Choice select_sm90(int64_t rows, int num_experts, Sm90Kind kind, int min_rows = 0, int rows64_max = -1) {
+//  * the quantized-weight kernel's token tile (wgmma's N: the M-block's rows) for int4 / int8 / fp4
+//    weights: 32 rows up to 24 expected rows per expert, 64 up to 48, else 128 (a tile holds an
+//    expert's rows with room for the spread of its count; a 128-row tile at 16-32 rows was mostly
+//    padding: its tensor work and token bytes scale with the tile; eleventh session, M = 1024: 64
+//    against 128 rows at 32 rows per expert 1.28x (deepseek-v3, gpt-oss-120b int4 / W4A8), at 64
+//    rows 0.85-0.94x). wq_tn = 32 / 64 / 128 forces it (QMOE_CUDA_WQ_TN, measurements).
+inline Sm90Choice select_sm90(int64_t rows, int num_experts, Sm90Kind kind, int min_rows = 0, int rows64_max = -1,
+                              int wq_tn = 0) {
   Sm90Choice c;
   int need = 17;
   if (min_rows > 0) need = min_rows;
   else if (kind == Sm90Kind::kPlain && num_experts <= 16) need = 16;
-  if (kind == Sm90Kind::kFp4 && need < 33) need = 33;
+  else if (kind == Sm90Kind::kWq) need = 12;
+  else if (kind == Sm90Kind::kFp4) need = 25;
   c.wgmma = rows >= need;
   if (kind == Sm90Kind::kPlain) {
     const bool b64 = rows64_max >= 0 ? rows <= rows64_max : (rows <= 40 || (rows <= 64 && num_experts >= 64));
     c.bm = b64 ? 64 : 128;
+  } else if (kind == Sm90Kind::kWq || kind == Sm90Kind::kFp4) {
+    c.bm = wq_tn == 32 || wq_tn == 64 || wq_tn == 128 ? wq_tn : rows <= 24 ? 32 : rows <= 48 ? 64 : 128;
   }
   return c;
 }

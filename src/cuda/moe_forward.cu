@@ -94,13 +94,20 @@ int mode_of(const DevProj& pr, ActQuant aq) {
 // Overrides of select_sm90's rule (config.h) for measurements: QMOE_CUDA_WGMMA_MIN_ROWS=n (the
 // Hopper path from n rows per expert), QMOE_CUDA_WG64_MAX_ROWS=v (64-row M-blocks up to v rows, 0:
 // never).
-int wgmma_min_rows_env() {
-  static const int v = std::getenv("QMOE_CUDA_WGMMA_MIN_ROWS") ? std::max(1, std::atoi(std::getenv("QMOE_CUDA_WGMMA_MIN_ROWS"))) : 0;
-  return v;
+int wgmma_min_rows_env() {  // read per plan: tests switch it
+  const char* v = std::getenv("QMOE_CUDA_WGMMA_MIN_ROWS");
+  return v != nullptr ? std::max(1, std::atoi(v)) : 0;
 }
 int wg64_max_rows_env() {
   static const int v = std::getenv("QMOE_CUDA_WG64_MAX_ROWS") ? std::max(0, std::atoi(std::getenv("QMOE_CUDA_WG64_MAX_ROWS"))) : -1;
   return v;
+}
+
+// QMOE_CUDA_WQ_TN=32 / 64 / 128: the quantized-weight wgmma kernel's token tile (select_sm90;
+// measurements, tests; read per plan).
+int wq_tn_env() {
+  const char* v = std::getenv("QMOE_CUDA_WQ_TN");
+  return v == nullptr ? 0 : std::atoi(v);
 }
 
 // Direct routing for one token on the bulk decode kernel (no align); QMOE_CUDA_DIRECT=0 keeps align
@@ -128,6 +135,23 @@ int stream_hint_env() {
     return e == nullptr ? -1 : e[0] == '1' ? 1 : 0;
   }();
   return v;
+}
+
+// fp8 activations quantized once per token and then gathered as codes where the same token feeds
+// top_k > 1 slots (ExpertsPlan::quant_once); QMOE_CUDA_QUANT_ONCE=0 quantizes every slot's row
+// (measurements, tests; read per plan).
+bool quant_once_on() {
+  const char* v = std::getenv("QMOE_CUDA_QUANT_ONCE");
+  return !(v != nullptr && v[0] == '0');
+}
+
+// GEMM2 of the Hopper tile kernels adding each slot's weighted row into its token's row with fp32
+// reductions (Sm90Gemm::red_top_k; the top-k sum then reads [T][H]); QMOE_CUDA_RED=1 turns it on
+// (measurements; read per plan). The order of the adds is the hardware's: any order is allowed
+// (docs/numerics.md step 6), but outputs may differ from run to run in the last fp32 bit.
+bool red_on() {
+  const char* v = std::getenv("QMOE_CUDA_RED");
+  return v != nullptr && v[0] == '1';
 }
 
 // One consumer warpgroup for an expert's last 128-row M-block when it holds <= 64 live rows
@@ -232,6 +256,15 @@ struct ExpertsPlan {
   void* as = nullptr;
   void* hs = nullptr;
   void* hsq = nullptr;
+  // fp8 dynamic activations (per token / 1x128) of a top_k > 1 layer without weight on input: x
+  // quantized once per token into xq / xq_scale, then its codes gathered (ncu, deepseek-v3 fp8
+  // M = 4096: quantizing each of the 8 slots of a token took 214 us, 72% SM-busy)
+  bool quant_once = false;
+  void* xq = nullptr;
+  float* xq_scale = nullptr;
+  // GEMM2 adds into o's token rows (Sm90Gemm::red_top_k): the top-k sum reads o as [m][H], top 1
+  bool red = false;
+  int reduce_top_k() const { return red ? 1 : top_k; }
 
   void plan(const DevExperts& ex, int64_t m_, int top_k_, bool weight_on_input, Carve& cv) {
     m = m_;
@@ -247,7 +280,8 @@ struct ExpertsPlan {
                             : ex.fmt == WFmt::kNV4 || ex.fmt == WFmt::kMX4   ? Sm90Kind::kFp4
                             : op.wq                                            ? Sm90Kind::kWq
                                                                                : Sm90Kind::kPlain;
-      Sm90Choice c2 = select_sm90(rows_per_expert, ex.num_experts, kind, wgmma_min_rows_env(), wg64_max_rows_env());
+      Sm90Choice c2 =
+          select_sm90(rows_per_expert, ex.num_experts, kind, wgmma_min_rows_env(), wg64_max_rows_env(), wq_tn_env());
       const bool sm90_ok = sm90_eligible(ex);
       c2.wgmma = c2.wgmma && sm90_ok;
       // 16-bit weights, or fp8 with one scale pair for all of K in both projections
@@ -275,12 +309,20 @@ struct ExpertsPlan {
         hsq = cv.take<char>(static_cast<size_t>(cap) * ex.w2.kp);
         h_groups = ex.act_quant == ActQuant::kFP8Group128 ? (ex.intermediate + 127) / 128 : 1;
         h_scale = cv.take<float>(static_cast<size_t>(cap) * h_groups);
+        quant_once = !op.i8 && top_k > 1 && !weight_on_input &&
+                     (ex.act_quant == ActQuant::kFP8Token || ex.act_quant == ActQuant::kFP8Group128) &&
+                     ex.hidden % 8 == 0 && ex.w13.kp % 16 == 0 && quant_once_on();
+        if (quant_once) {
+          xq = cv.take<char>(static_cast<size_t>(m) * ex.w13.kp);
+          xq_scale = cv.take<float>(static_cast<size_t>(m) * a_groups);
+        }
       } else if (op.q16) {
         a_scale = cv.take<float>(static_cast<size_t>(cap));
         hsq = cv.take<char>(static_cast<size_t>(cap) * ex.w2.kp * 2);
         h_scale = cv.take<float>(static_cast<size_t>(cap));
       }
       o = cv.take<float>(static_cast<size_t>(numel) * ex.hidden);
+      red = !stream && !op.wq && top_k > 1 && red_on();
       return;
     }
     c1 = select_config({m, top_k, ex.num_experts, ex.w13.np, ex.hidden, ex.fmt, sms});
@@ -439,6 +481,20 @@ void run_experts_sm90(const DevExperts& ex, const ExpertsPlan& pl, const void* x
   g.out_pitch = ex.w13.kp;
   g.scales = pl.a_scale;
   g.groups = pl.a_groups;
+  Sm90Gather once = g;  // the first pass of quant_once: token t's codes into row t of xq
+  once.sorted_ids = nullptr;
+  once.num_post = nullptr;
+  once.by_sorted = 0;
+  once.rows = once.numel = static_cast<int>(pl.m);
+  once.out = pl.xq;
+  once.scales = pl.xq_scale;
+  if (pl.quant_once && sm90_gather_warp_ok(once)) {
+    launch_sm90_gather(f16, once, s);
+    sync_check(s, "sm90_gather: x quantized per token");
+    g.codes = pl.xq;
+    g.codes_pitch = ex.w13.kp;
+    g.code_scales = pl.xq_scale;
+  }
   launch_sm90_gather(f16, g, s);
   sync_check(s, "sm90_gather of x");
 
@@ -494,6 +550,8 @@ void run_experts_sm90(const DevExperts& ex, const ExpertsPlan& pl, const void* x
   const void* a2 = pl.hs;
   if (quant) {
     Sm90Gather q = g;
+    q.codes = nullptr;  // h is quantized here, row by row (x's codes may have been gathered)
+    q.code_scales = nullptr;
     q.x = pl.hs;
     q.ldx = ex.w2.kp;
     q.cols = I;
@@ -518,7 +576,12 @@ void run_experts_sm90(const DevExperts& ex, const ExpertsPlan& pl, const void* x
   g2.out = pl.o;
   g2.ldo = H;
   g2.topk_w = on_input ? nullptr : topk_w;
-  if (emap != nullptr) QMOE_CUDA_OK(cudaMemsetAsync(pl.o, 0, static_cast<size_t>(pl.numel) * H * 4, s));
+  if (pl.red) {
+    g2.red_top_k = pl.top_k;
+    QMOE_CUDA_OK(cudaMemsetAsync(pl.o, 0, static_cast<size_t>(pl.m) * H * 4, s));
+  } else if (emap != nullptr) {
+    QMOE_CUDA_OK(cudaMemsetAsync(pl.o, 0, static_cast<size_t>(pl.numel) * H * 4, s));
+  }
   launch(g2);
 }
 
@@ -690,7 +753,8 @@ void forward(const DevExperts& ex, const DevExperts* shared, const ForwardArgs& 
     QMOE_CUDA_OK(cudaMemsetAsync(p.zero_ids, 0, static_cast<size_t>(a.m) * 4, s));
     run_experts(*shared, p.shared, a.x, nullptr, p.zero_ids, nullptr, false, s);
   }
-  launch_reduce(ex.act == DType::kF16, p.routed.o, shared ? p.shared.o : nullptr, a.m, a.top_k, ex.hidden, a.y, s);
+  launch_reduce(ex.act == DType::kF16, p.routed.o, shared ? p.shared.o : nullptr, a.m, p.routed.reduce_top_k(), ex.hidden,
+                a.y, s);
   sync_check(s, "reduce");
 }
 
@@ -698,10 +762,12 @@ std::string forward_kernels(const DevExperts& ex, int64_t m, int top_k) {
   Plan p;
   p.make(ex, nullptr, m, top_k, false, nullptr);
   if (p.routed.wg && p.routed.stream)
-    return str(ex.method, " gemm1=sm90-stream", p.routed.bm, " gemm2=sm90-stream", p.routed.bm);
+    return str(ex.method, " gemm1=sm90-stream", p.routed.bm, " gemm2=sm90-stream", p.routed.bm,
+               p.routed.quant_once ? " x-once" : "");
   if (p.routed.wg)
-    return p.routed.bm == 64 ? str(ex.method, " gemm1=sm90-wgmma64 gemm2=sm90-wgmma64")
-                             : str(ex.method, " gemm1=sm90-wgmma gemm2=sm90-wgmma");
+    return str(ex.method, " gemm1=sm90-wgmma", p.routed.bm == 128 ? "" : std::to_string(p.routed.bm),
+               " gemm2=sm90-wgmma", p.routed.bm == 128 ? "" : std::to_string(p.routed.bm),
+               p.routed.quant_once ? " x-once" : "", p.routed.red ? " red" : "");
   if (p.routed.dec)
     return str(ex.method, " gemm1=", p.routed.dec90_1 ? "decode90" : "decode", p.routed.dec_r == 16 ? "r16" : "",
                "/split", p.routed.c1.splits, " gemm2=", p.routed.dec90_2 ? "decode90" : "decode",

@@ -305,11 +305,15 @@ __global__ void align_offsets_kernel(int nb, int E, int B, int numel, int32_t* _
   }
   __syncthreads();
   for (int e = threadIdx.x; e <= E; e += blockDim.x) off_out[e] = off[e];
-  for (int b = threadIdx.x; b < capacity / B; b += blockDim.x) eids[b] = -1;
-  __syncthreads();
-  for (int e = threadIdx.x; e < E; e += blockDim.x) {
-    for (int b = off[e] / B; b < off[e + 1] / B; ++b) eids[b] = e;
-    for (int i = off[e] + padded[e]; i < off[e + 1]; ++i) sorted[i] = numel;  // the expert's padding
+  for (int b = off[E] / B + threadIdx.x; b < capacity / B; b += blockDim.x) eids[b] = -1;
+  // one warp per expert, its lanes on consecutive blocks / padding positions: coalesced stores (a
+  // thread per expert storing its blocks and up to B - 1 padding positions one after the other
+  // took 13 us for 128 experts and 23 us for 256 at B = 128, ncu: one cache line per lane and store)
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+  for (int e = warp; e < E; e += nw) {
+    const int o0 = off[e], o1 = off[e + 1];
+    for (int b = o0 / B + lane; b < o1 / B; b += 32) eids[b] = e;
+    for (int i = o0 + padded[e] + lane; i < o1; i += 32) sorted[i] = numel;  // the expert's padding
   }
 }
 __global__ void align_scatter_kernel(const int32_t* __restrict__ ids, int numel, const int32_t* __restrict__ emap,
@@ -582,7 +586,7 @@ void launch_align(const int32_t* topk_ids, int numel, const int32_t* expert_map,
     const size_t e_smem = static_cast<size_t>(num_local) * sizeof(int);
     align_count_kernel<<<nb, kAlignChunk, e_smem, s>>>(topk_ids, numel, expert_map, num_local, hist);
     QMOE_CUDA_LAUNCH_OK();
-    launch_kernel(align_offsets_kernel, dim3(1), dim3(256), (2 * static_cast<size_t>(num_local) + 1) * sizeof(int), s,
+    launch_kernel(align_offsets_kernel, dim3(1), dim3(512), (2 * static_cast<size_t>(num_local) + 1) * sizeof(int), s,
                   nb, num_local, block, numel, hist, off, sorted_ids, expert_ids, capacity, num_post);
     launch_kernel(align_scatter_kernel, dim3(nb), dim3(kAlignChunk), e_smem, s, topk_ids, numel, expert_map, num_local,
                   static_cast<const int32_t*>(hist), static_cast<const int32_t*>(off), sorted_ids, capacity,

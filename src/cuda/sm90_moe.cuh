@@ -57,6 +57,10 @@ struct Sm90Gemm {
   void* out = nullptr;
   int ldo = 0;
   const float* topk_w = nullptr;
+  // stage 2 of the 16-bit / fp8 / INT8 tile kernel: > 0 adds each slot's weighted row into token
+  // row slot / red_top_k of `out` (fp32 reductions in L2, out zeroed first) instead of storing it
+  // in the slot's row, so the layer's top-k sum reads [T][H] instead of [T * top_k][H]
+  int red_top_k = 0;
 };
 
 // sm90_gather: one row per sorted position.
@@ -84,6 +88,14 @@ struct Sm90Gather {
   int out_pitch = 0;
   float* scales = nullptr;          // [rows][groups]
   int groups = 1;
+  // Rows quantized once per token (fp8 per token / per 1x128 without weight on input): the first
+  // pass quantizes token pos into row pos (sorted_ids and num_post null: every position is live,
+  // by_sorted 0); the second copies: codes non-null, position pos takes token sorted_ids[pos] /
+  // row_div's e4m3 codes (rows of codes_pitch bytes) and its `groups` scales from code_scales,
+  // bit for bit what quantizing the slot's row gives (the same row, the same function).
+  const void* codes = nullptr;
+  int codes_pitch = 0;
+  const float* code_scales = nullptr;
 };
 
 // Plain weight copy of the Hopper path, tiled so that every TMA box is one contiguous 32 KiB piece
@@ -122,6 +134,8 @@ void launch_sm90_wq_gemm(bool f16, WFmt fmt, const Sm90Gemm& p, cudaStream_t s);
 // one scale pair for all of K (kind 1), M-blocks of 16 or 64 rows (p.block), weights as wgmma's A.
 void launch_sm90_stream(bool f16, int kind, const Sm90Gemm& p, cudaStream_t s);
 void launch_sm90_gather(bool f16, const Sm90Gather& p, cudaStream_t s);
+// Whether p runs on the one-warp-per-position gather (16-byte aligned rows, quant 0..3).
+bool sm90_gather_warp_ok(const Sm90Gather& p);
 // Plain weight copy for the Hopper path (tiled, above) from canonical src[e][N][K] (bits 16 or 8),
 // rows in the prepared column order (w13 interleaved by 8); dst holds sm90_plain_bytes().
 // xor_mask 0x80 turns offset-128 int8 codes u into signed bytes u - 128.

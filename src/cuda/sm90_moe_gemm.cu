@@ -65,6 +65,10 @@ struct Sm90Cfg {
 };
 
 // ---- PTX helpers (sm_90) -------------------------------------------------------------------------
+// Two fp32 reductions (adds) into global memory in one vector operation (sm_90).
+__device__ __forceinline__ void red_add2(float* dst, float a, float b) {
+  asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(dst), "f"(a), "f"(b) : "memory");
+}
 __device__ __forceinline__ uint8_t* align_1024(uint8_t* p) {
   return reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(p) + 1023) & ~uintptr_t(1023));
 }
@@ -404,7 +408,8 @@ __global__ void __launch_bounds__(384, 1)
       const int sid = o_sid[h];
       if (sid >= p.numel) continue;
       const float w = o_w[h];
-      float* orow = static_cast<float*>(p.out) + static_cast<size_t>(sid) * p.ldo;
+      const bool red = p.red_top_k > 0;
+      float* orow = static_cast<float*>(p.out) + static_cast<size_t>(red ? sid / p.red_top_k : sid) * p.ldo;
 #pragma unroll
       for (int j = 0; j < NACC / 4; ++j) {
         const int n = nb * BN + cn + 8 * j + 2 * (lane & 3);
@@ -414,7 +419,8 @@ __global__ void __launch_bounds__(384, 1)
           v0 += s_bias[n - nb * BN];
           v1 += s_bias[n - nb * BN + 1];
         }
-        *reinterpret_cast<float2*>(orow + n) = make_float2(v0 * w, v1 * w);
+        if (red) red_add2(orow + n, v0 * w, v1 * w);
+        else *reinterpret_cast<float2*>(orow + n) = make_float2(v0 * w, v1 * w);
       }
     }
   }
@@ -680,21 +686,47 @@ template <WFmt F> constexpr bool kWqFp4 = F == WFmt::kNV4 || F == WFmt::kMX4;
 // four for int8): 8 HGMMAs per wait, so the per-stage waits, barrier arrivals and loop control
 // are paid once per 128 k (ncu, mixtral M = 4096 at 64 k per stage: ~340 instructions per warp per
 // stage against 256 tensor cycles per warpgroup, 34% SM throughput, latency-bound).
-constexpr int kWqStages = 4;  // 5 measured 1-2% slower (H200, int4 / W4A8 / MXFP4, M = 1024 / 4096)
-template <WFmt F>
+// Ring depth: 4 stages for 128-row token tiles (5 measured 1-2% slower: H200, int4 / W4A8 / MXFP4,
+// M = 1024 / 4096); smaller tiles make smaller stages, and the ring then holds as many as fit in
+// ~192 KiB (up to 12), so the weight bytes in flight per SM stay at what streaming HBM needs.
+constexpr int kWqStages = 4;
+constexpr int kWqRingBytes = 192 * 1024;
+// TN: the M-block's token rows, wgmma's N (128, or 64 / 32 where experts hold few rows: a 128-row
+// block there is mostly padding, and its tensor work and token bytes scale with TN).
+template <WFmt F, int TN = kBM>
 struct WqCfg {
+  static_assert(TN == 128 || TN == 64 || TN == 32, "token tiles of 128, 64 or 32 rows");
   static constexpr int ATOMS = 128 / WqFmt<F>::KA;     // atoms per n16 tile per 128-k stage
-  static constexpr int X_ST = 2 * kBM * 128;           // 128 tokens x 128 k (bf16) as two 64-k boxes
+  static constexpr int X_ST = 2 * TN * 128;            // TN tokens x 128 k (bf16) as two 64-k boxes
   static constexpr int W_ST = 8 * ATOMS * WqFmt<F>::UNIT;  // 8 n16 tiles
-  static constexpr int SMEM = kWqStages * (X_ST + W_ST) + 2 * kWqStages * 8 + 3 * kBM * 4 + 1024;  // + row scales, slots, weights
+  static constexpr int STAGES =
+      TN == 128 ? kWqStages : (kWqRingBytes / (X_ST + W_ST) < 12 ? kWqRingBytes / (X_ST + W_ST) : 12);
+  static constexpr int SMEM = STAGES * (X_ST + W_ST) + 2 * STAGES * 8 + 3 * TN * 4 + 1024;  // + row scales, slots, weights
 };
+// wgmma m64 x TN x k16, A (64 weight rows) from registers, B (TN token rows) from shared memory.
+template <class Op, int TN>
+__device__ __forceinline__ void wgmma_ra(float (&d)[TN / 2], const uint32_t (&a)[4], uint64_t db, int scale_d) {
+  constexpr bool bf = std::is_same_v<Op, BF16>;
+  if constexpr (TN == 128) bf ? wgmma_ra_n128_bf16(d, a, db, scale_d) : wgmma_ra_n128_f16(d, a, db, scale_d);
+  else if constexpr (TN == 64) bf ? wgmma_ra_n64_bf16(d, a, db, scale_d) : wgmma_ra_n64_f16(d, a, db, scale_d);
+  else bf ? wgmma_ra_n32_bf16(d, a, db, scale_d) : wgmma_ra_n32_f16(d, a, db, scale_d);
+}
+// ... its first TN / 2 token columns only (the accumulators of the first half of d's columns).
+template <class Op, int TN>
+__device__ __forceinline__ void wgmma_ra_half(float (&d)[TN / 2], const uint32_t (&a)[4], uint64_t db, int scale_d) {
+  constexpr bool bf = std::is_same_v<Op, BF16>;
+  if constexpr (TN == 128) bf ? wgmma_ra_n64_of128_bf16(d, a, db, scale_d) : wgmma_ra_n64_of128_f16(d, a, db, scale_d);
+  else if constexpr (TN == 64) bf ? wgmma_ra_n32_of64_bf16(d, a, db, scale_d) : wgmma_ra_n32_of64_f16(d, a, db, scale_d);
+  else bf ? wgmma_ra_n16_of32_bf16(d, a, db, scale_d) : wgmma_ra_n16_of32_f16(d, a, db, scale_d);
+}
 
-template <class Op, WFmt F, bool CHANNEL>
+template <class Op, WFmt F, bool CHANNEL, int TN>
 __global__ void __launch_bounds__(384, 1)
     sm90_moe_wq_kernel(const __grid_constant__ CUtensorMap tma_x, const Sm90Gemm p) {
 #if QMOE_SM90A
-  using C = WqCfg<F>;
-  constexpr int KA = WqFmt<F>::KA, UNIT = WqFmt<F>::UNIT, ATOMS = C::ATOMS, STAGES = kWqStages;
+  using C = WqCfg<F, TN>;
+  constexpr int NJ = TN / 8;  // n8 token groups of the accumulators
+  constexpr int KA = WqFmt<F>::KA, UNIT = WqFmt<F>::UNIT, ATOMS = C::ATOMS, STAGES = C::STAGES;
   constexpr bool FP4 = kWqFp4<F>;
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = align_1024(smem_raw);  // 128B-swizzled stages start on 1024-byte boundaries
@@ -707,9 +739,13 @@ __global__ void __launch_bounds__(384, 1)
   const int L = blockIdx.x;
   const int group = L / (kGroupM * ntn), rem = L % (kGroupM * ntn);
   const int nb = rem / kGroupM, mb = group * kGroupM + rem % kGroupM;
-  if (mb >= p.max_blocks || mb * kBM >= *p.num_post) return;
+  if (mb >= p.max_blocks || mb * TN >= *p.num_post) return;
   const int e = p.expert_ids[mb];
   if (e < 0) return;
+  // An expert's last M-block often holds few live rows (align puts its padding after them): with
+  // at most TN / 2, the consumers multiply the first TN / 2 token columns only (half the tensor
+  // work; the other half's accumulators stay zero and belong to padding positions)
+  const bool half = p.half_tail && p.sorted_ids[mb * TN + TN / 2] >= p.numel;
 
   const int wg = threadIdx.x >> 7, tid = threadIdx.x & 127;
   if (threadIdx.x == 0) {
@@ -737,8 +773,8 @@ __global__ void __launch_bounds__(384, 1)
         // the last stage may hold fewer atoms than a full one (kp is a multiple of 64 only)
         const int atoms = min(ATOMS, katoms - kb * ATOMS);
         mbar_expect_tx(&full[s], C::X_ST + 8 * atoms * UNIT);
-        tma_load_2d(sX + s * C::X_ST, &tma_x, &full[s], kb * 128, mb * kBM);
-        tma_load_2d(sX + s * C::X_ST + kBM * 128, &tma_x, &full[s], kb * 128 + 64, mb * kBM);
+        tma_load_2d(sX + s * C::X_ST, &tma_x, &full[s], kb * 128, mb * TN);
+        tma_load_2d(sX + s * C::X_ST + TN * 128, &tma_x, &full[s], kb * 128 + 64, mb * TN);
 #pragma unroll
         for (int t = 0; t < 8; ++t) {
           const int gt = min(nb * 8 + t, ntiles16 - 1);  // rows past np: any atoms, never stored
@@ -782,13 +818,13 @@ __global__ void __launch_bounds__(384, 1)
   constexpr bool channel = CHANNEL || FP4;  // one scale per row: accumulate straight into acc
   // the M-block's activation scales (W4A8, W4A4), staged before the mainloop for the epilogue
   float* s_rs = reinterpret_cast<float*>(empty + STAGES);
-  if (p.row_scale != nullptr && cw == 0) s_rs[tid] = p.row_scale[static_cast<size_t>(mb * kBM + tid) * p.rs_groups];
+  if (p.row_scale != nullptr && cw == 0 && tid < TN) s_rs[tid] = p.row_scale[static_cast<size_t>(mb * TN + tid) * p.rs_groups];
   // GEMM2: the M-block's output slots and router weights, staged before the mainloop (two
   // dependent loads per token in the epilogue waited ~2 memory round trips)
-  int* s_sid = reinterpret_cast<int*>(s_rs + kBM);
-  float* s_w = reinterpret_cast<float*>(s_sid + kBM);
-  if (p.stage == 2 && cw == 1) {
-    const int sid = p.sorted_ids[mb * kBM + tid];
+  int* s_sid = reinterpret_cast<int*>(s_rs + TN);
+  float* s_w = reinterpret_cast<float*>(s_sid + TN);
+  if (p.stage == 2 && cw == 1 && tid < TN) {
+    const int sid = p.sorted_ids[mb * TN + tid];
     s_sid[tid] = sid;
     s_w[tid] = sid < p.numel && p.topk_w != nullptr ? p.topk_w[sid] : 1.f;
   }
@@ -813,9 +849,9 @@ __global__ void __launch_bounds__(384, 1)
   }
   const int chunk_kb = channel ? nk : p.chunk / 128;  // stages per weight group (chunk % 128 == 0)
 
-  float acc[64], tmp[64];
+  float acc[TN / 2], tmp[TN / 2];
 #pragma unroll
-  for (int i = 0; i < 64; ++i) acc[i] = 0.f;
+  for (int i = 0; i < TN / 2; ++i) acc[i] = tmp[i] = 0.f;
   int s = 0, ic = 0, g = 0;  // stage slot, stage within the group, group
   uint32_t ph = 0;
   if (p.zero != nullptr) set_zero(zero_of(0, 0), zero_of(1, 0));
@@ -883,14 +919,14 @@ __global__ void __launch_bounds__(384, 1)
     wgmma_fence();
 #pragma unroll
     for (int st = 0; st < 8; ++st) {
-      const uint64_t db = smem_desc(x_st + (st >> 2) * kBM * 128 + (st & 3) * 32);
+      const uint64_t db = smem_desc(x_st + (st >> 2) * TN * 128 + (st & 3) * 32);
       if constexpr (channel) {
-        if constexpr (std::is_same_v<Op, BF16>) wgmma_ra_n128_bf16(acc, af[st], db, 1);
-        else wgmma_ra_n128_f16(acc, af[st], db, 1);
+        if (half) wgmma_ra_half<Op, TN>(acc, af[st], db, 1);
+        else wgmma_ra<Op, TN>(acc, af[st], db, 1);
       } else {
         const int sd = (ic == 0 && st == 0) ? 0 : 1;
-        if constexpr (std::is_same_v<Op, BF16>) wgmma_ra_n128_bf16(tmp, af[st], db, sd);
-        else wgmma_ra_n128_f16(tmp, af[st], db, sd);
+        if (half) wgmma_ra_half<Op, TN>(tmp, af[st], db, sd);
+        else wgmma_ra<Op, TN>(tmp, af[st], db, sd);
       }
     }
     wgmma_commit();
@@ -901,7 +937,7 @@ __global__ void __launch_bounds__(384, 1)
     if (gdone) {  // group done: promote with its scales, move to the next group's
       if constexpr (!channel) {
 #pragma unroll
-        for (int j = 0; j < 16; ++j) {
+        for (int j = 0; j < NJ; ++j) {
           acc[j * 4 + 0] += tmp[j * 4 + 0] * sc[0];
           acc[j * 4 + 1] += tmp[j * 4 + 1] * sc[0];
           acc[j * 4 + 2] += tmp[j * 4 + 2] * sc[1];
@@ -919,7 +955,7 @@ __global__ void __launch_bounds__(384, 1)
   if constexpr (FP4) {
     // (row scale x global scale) x 2^-c, as moe_gemm_fp4.cu; the row scale (W4A4: 1 / G) by position
 #pragma unroll
-    for (int j = 0; j < 16; ++j)
+    for (int j = 0; j < NJ; ++j)
 #pragma unroll
       for (int e2 = 0; e2 < 2; ++e2) {
         const float rs = p.row_scale != nullptr ? s_rs[8 * j + 2 * (lane & 3) + e2] : 1.f;
@@ -930,7 +966,7 @@ __global__ void __launch_bounds__(384, 1)
     if constexpr (channel) {
       const float s0 = rsc[0], s1 = rsc[1];
 #pragma unroll
-      for (int j = 0; j < 16; ++j) {
+      for (int j = 0; j < NJ; ++j) {
         acc[j * 4 + 0] *= s0;
         acc[j * 4 + 1] *= s0;
         acc[j * 4 + 2] *= s1;
@@ -939,7 +975,7 @@ __global__ void __launch_bounds__(384, 1)
     }
     if (p.row_scale != nullptr) {  // W4A8: y = acc * s_a of the position's token
 #pragma unroll
-      for (int j = 0; j < 16; ++j)
+      for (int j = 0; j < NJ; ++j)
 #pragma unroll
         for (int e2 = 0; e2 < 2; ++e2) {
           const float rs = s_rs[8 * j + 2 * (lane & 3) + e2];
@@ -958,10 +994,10 @@ __global__ void __launch_bounds__(384, 1)
     const float bg = rb[0], bu = rb[1];
     with_act(p.act, [&](auto act) {  // the activation switch outside the loops: branch-free elements
 #pragma unroll
-      for (int j = 0; j < 16; ++j)
+      for (int j = 0; j < NJ; ++j)
 #pragma unroll
         for (int e2 = 0; e2 < 2; ++e2) {
-          const int pos = mb * kBM + 8 * j + 2 * (lane & 3) + e2;
+          const int pos = mb * TN + 8 * j + 2 * (lane & 3) + e2;
           const float hv = act(acc[j * 4 + e2] + bg, acc[j * 4 + 2 + e2] + bu);
           static_cast<T*>(p.out)[static_cast<size_t>(pos) * p.ldo + i] = Op::from_f(hv);
         }
@@ -969,7 +1005,7 @@ __global__ void __launch_bounds__(384, 1)
   } else {
     named_bar_sync(1, 256);  // the staged slots and router weights
 #pragma unroll
-    for (int j = 0; j < 16; ++j)
+    for (int j = 0; j < NJ; ++j)
 #pragma unroll
       for (int e2 = 0; e2 < 2; ++e2) {
         const int t = 8 * j + 2 * (lane & 3) + e2;
@@ -1106,8 +1142,9 @@ __global__ void __launch_bounds__(128) sm90_gather_warp_kernel(const Sm90Gather 
   using T = typename Op::T;
   __shared__ float red[4];
   const int pos = blockIdx.x * (4 / WPR) + (threadIdx.x >> 5) / WPR;
-  if (pos >= p.rows || pos >= *p.num_post) return;  // uniform over a block when WPR = 4
-  const int sid = p.sorted_ids[pos];
+  // uniform over a block when WPR = 4; no sorted ids: every position is live (Sm90Gather::codes)
+  if (pos >= p.rows || (p.num_post != nullptr && pos >= *p.num_post)) return;
+  const int sid = p.sorted_ids != nullptr ? p.sorted_ids[pos] : pos;
   // A padding position (an expert's rows padded to its M-blocks) is left as it is: a GEMM row
   // depends only on its own A row, and no padding row reaches an output (GEMM2's epilogue skips
   // them), so writing zeros there (a third of the rows at 256 rows per expert) bought nothing.
@@ -1129,6 +1166,36 @@ __global__ void __launch_bounds__(128) sm90_gather_warp_kernel(const Sm90Gather 
     warp_row_quant<Op, WPR, false>(src, nch, w_on, w, p.quant, s_static, red,
                                    [&](int c, const float (&q)[8]) { row[c] = pack8<T>(q); }, scale);
   }
+}
+
+// Second pass of the once-per-token quantization (Sm90Gather::codes): one warp per position, four
+// positions per block; position pos copies token sid / row_div's codes (16-byte pieces, an 8-byte
+// one where cols is odd in 8s) and scales. Padding positions are left as they are (as
+// sm90_gather_warp_kernel leaves them).
+__global__ void __launch_bounds__(128) sm90_gather_codes_kernel(const Sm90Gather p) {
+  const int pos = blockIdx.x * 4 + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+  if (pos >= p.rows || pos >= *p.num_post) return;
+  const int sid = p.sorted_ids[pos];
+  if (sid >= p.numel) return;
+  const int64_t srow = sid / p.row_div;
+  const uint8_t* src = static_cast<const uint8_t*>(p.codes) + srow * p.codes_pitch;
+  uint8_t* dst = static_cast<uint8_t*>(p.out) + static_cast<size_t>(pos) * p.out_pitch;
+  const int n16 = p.cols / 16;
+  const uint4* s4 = reinterpret_cast<const uint4*>(src);
+  uint4* d4 = reinterpret_cast<uint4*>(dst);
+  int c = lane;
+  for (; c + 96 < n16; c += 128) {  // four 16-byte loads in flight per lane
+    const uint4 v0 = __ldg(s4 + c), v1 = __ldg(s4 + c + 32), v2 = __ldg(s4 + c + 64), v3 = __ldg(s4 + c + 96);
+    d4[c] = v0;
+    d4[c + 32] = v1;
+    d4[c + 64] = v2;
+    d4[c + 96] = v3;
+  }
+  for (; c < n16; c += 32) d4[c] = __ldg(s4 + c);
+  if (p.cols % 16 != 0 && lane == 0)
+    reinterpret_cast<uint2*>(dst)[2 * n16] = __ldg(reinterpret_cast<const uint2*>(src) + 2 * n16);
+  for (int g = lane; g < p.groups; g += 32)
+    p.scales[static_cast<size_t>(pos) * p.groups + g] = p.code_scales[srow * p.groups + g];
 }
 
 // Tiled plain copy (sm90_moe.cuh): one thread per 16 bytes of dst, dst index order
@@ -1251,17 +1318,23 @@ void launch_stream(const Sm90Gemm& p, cudaStream_t s) {
   QMOE_CUDA_LAUNCH_OK();
 }
 
-template <class Op, WFmt F, bool CH>
-void launch_wq(const Sm90Gemm& p, cudaStream_t s) {
-  using C = WqCfg<F>;
-  auto kern = sm90_moe_wq_kernel<Op, F, CH>;
+template <class Op, WFmt F, bool CH, int TN>
+void launch_wq_tn(const Sm90Gemm& p, cudaStream_t s) {
+  using C = WqCfg<F, TN>;
+  auto kern = sm90_moe_wq_kernel<Op, F, CH, TN>;
   static std::once_flag once;
   std::call_once(once, [&] { QMOE_CUDA_OK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM)); });
-  const CUtensorMap mx = make_map(p.a, false, p.k, p.a_rows, static_cast<int64_t>(p.a_pitch) * 2, kBM);
+  const CUtensorMap mx = make_map(p.a, false, p.k, p.a_rows, static_cast<int64_t>(p.a_pitch) * 2, TN);
   const int ntn = (p.np + 127) / 128;
   const int groups = (p.max_blocks + kGroupM - 1) / kGroupM;
   kern<<<dim3(static_cast<unsigned>(groups * kGroupM * ntn)), 384, C::SMEM, s>>>(mx, p);
   QMOE_CUDA_LAUNCH_OK();
+}
+template <class Op, WFmt F, bool CH>
+void launch_wq(const Sm90Gemm& p, cudaStream_t s) {
+  if (p.block == 32) launch_wq_tn<Op, F, CH, 32>(p, s);
+  else if (p.block == 64) launch_wq_tn<Op, F, CH, 64>(p, s);
+  else launch_wq_tn<Op, F, CH, kBM>(p, s);
 }
 
 bool env_off() {
@@ -1303,7 +1376,8 @@ bool sm90_supports(WFmt fmt, int mode, int chunk) {
 void launch_sm90_wq_gemm(bool f16, WFmt fmt, const Sm90Gemm& p, cudaStream_t s) {
   QMOE_CHECK(fmt == WFmt::kU4 || fmt == WFmt::kU8 || fmt == WFmt::kNV4 || fmt == WFmt::kMX4, kInternal,
              "sm90 wq GEMM: format ", static_cast<int>(fmt));
-  QMOE_CHECK(p.block == kBM, kInternal, "sm90 wq GEMM: M-blocks of ", p.block, " rows (128 only)");
+  QMOE_CHECK(p.block == kBM || p.block == 64 || p.block == 32, kInternal, "sm90 wq GEMM: M-blocks of ", p.block,
+             " rows (128, 64 or 32)");
   const bool ch = p.chunk >= p.kp;  // channel scales (or one group covering all of K)
   if (fmt == WFmt::kNV4) {  // block scales in the operands: always the channel loop
     if (f16) launch_wq<F16, WFmt::kNV4, true>(p, s);
@@ -1351,11 +1425,27 @@ void launch_sm90_stream(bool f16, int kind, const Sm90Gemm& p, cudaStream_t s) {
   }
 }
 
+bool sm90_gather_warp_ok(const Sm90Gather& p) {
+  return p.quant <= 3 && p.cols % 8 == 0 && p.ldx % 8 == 0 && reinterpret_cast<uintptr_t>(p.x) % 16 == 0 &&
+         reinterpret_cast<uintptr_t>(p.out) % 16 == 0 && p.out_pitch % 8 == 0;
+}
+
 void launch_sm90_gather(bool f16, const Sm90Gather& p, cudaStream_t s) {
   if (p.rows == 0) return;
+  if (p.codes != nullptr) {
+    QMOE_CHECK(p.cols % 8 == 0 && p.codes_pitch % 16 == 0 && p.out_pitch % 16 == 0 &&
+                   reinterpret_cast<uintptr_t>(p.codes) % 16 == 0 && reinterpret_cast<uintptr_t>(p.out) % 16 == 0 &&
+                   p.sorted_ids != nullptr && p.num_post != nullptr,
+               kInternal, "sm90_gather: code rows of ", p.cols, " bytes (pitch ", p.codes_pitch, " -> ", p.out_pitch,
+               ") are not 16-byte aligned");
+    sm90_gather_codes_kernel<<<static_cast<unsigned>((p.rows + 3) / 4), 128, 0, s>>>(p);
+    QMOE_CUDA_LAUNCH_OK();
+    return;
+  }
+  QMOE_CHECK(p.sorted_ids != nullptr || sm90_gather_warp_ok(p), kInternal,
+             "sm90_gather: positions without sorted ids need 16-byte aligned rows");
   // one warp per position (quant 0..3, 16-byte aligned rows and output pitch)
-  if (p.quant <= 3 && p.cols % 8 == 0 && p.ldx % 8 == 0 && reinterpret_cast<uintptr_t>(p.x) % 16 == 0 &&
-      reinterpret_cast<uintptr_t>(p.out) % 16 == 0 && p.out_pitch % 8 == 0) {
+  if (sm90_gather_warp_ok(p)) {
     auto go = [&](auto kern, int wpr) { kern<<<static_cast<unsigned>((p.rows * wpr + 3) / 4), 128, 0, s>>>(p); };
     if (row_warps(p.cols / 8) == 4) {
       if (f16) go(sm90_gather_warp_kernel<F16, 4>, 4);

@@ -23,6 +23,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <random>
 #include <set>
@@ -379,6 +380,62 @@ TEST(CudaSm90, PrefillPathIsTakenAndMatchesReference) {
   }
 }
 
+// The quantized-weight wgmma kernel's 32- and 64-row token tiles (wgmma m64n32 / m64n64, A = the
+// dequantized weights from registers; select_sm90 takes them at up to 24 / 48 rows per expert),
+// forced (QMOE_CUDA_WQ_TN, QMOE_CUDA_WGMMA_MIN_ROWS) on every format the kernel runs: rows per
+// expert below, near and above the tile (experts spilling into a second M-block), an expert with no
+// tokens, expert parallelism, odd H / I (partly empty atoms and N tiles).
+TEST(CudaSm90, QuantizedWeightTokenTiles) {
+  SKIP_WITHOUT_GPU();
+  SKIP_WITHOUT_SM90();
+  std::vector<Case> cases;
+  auto add = [&](std::string n, auto f) { add_case(cases, std::move(n), f); };
+  add("int4_g128_asym", [](auto& sp) { sp.kind = SchemeKind::kWNA16; sp.bits = 4; sp.group_size = 128; sp.symmetric = false; });
+  add("int4_channel_sym_fp16", [](auto& sp) {
+    sp.kind = SchemeKind::kWNA16; sp.bits = 4; sp.group_size = 0; sp.act_dtype = DType::kF16; sp.scale_dtype = DType::kF16; });
+  add("int8_g256_asym", [](auto& sp) { sp.kind = SchemeKind::kWNA16; sp.bits = 8; sp.group_size = 256; sp.symmetric = false; });
+  add("w4a8_fp8_g128", [](auto& sp) { sp.kind = SchemeKind::kW4A8FP8; sp.group_size = 128; });
+  add("w4a8_int8_channel", [](auto& sp) { sp.kind = SchemeKind::kW4A8INT8; sp.group_size = 0; });
+  add("nvfp4a16", [](auto& sp) { sp.kind = SchemeKind::kNVFP4A16; sp.group_size = 16; });
+  add("nvfp4_w4a4", [](auto& sp) { sp.kind = SchemeKind::kNVFP4; sp.group_size = 16; });
+  add("mxfp4a16", [](auto& sp) { sp.kind = SchemeKind::kMXFP4A16; sp.group_size = 32; });
+  struct Env {
+    Env() { setenv("QMOE_CUDA_WGMMA_MIN_ROWS", "1", 1); }
+    ~Env() { unsetenv("QMOE_CUDA_WGMMA_MIN_ROWS"); unsetenv("QMOE_CUDA_WQ_TN"); }
+  } env;
+  const int E = 6, H = 392, I = 232;
+  for (size_t ci = 0; ci < cases.size(); ++ci) {
+    const Case& c = cases[ci];
+    ExpertWeights w = make_weights(c.spec, E, H, I, 1100 + static_cast<int>(ci));
+    cuda::DevExperts ex = cuda::prepare(w, Activation::kSiluMul);
+    const SchemeKind kind = w.scheme.kind;
+    const Tol tol = kind == SchemeKind::kW4A8FP8 || kind == SchemeKind::kW4A8INT8 ? Tol{std::ldexp(1.0, -5), 1e-4}
+                    : kind == SchemeKind::kNVFP4                                  ? Tol{std::ldexp(1.0, -3), 1e-4}
+                                                                                  : tol_for(w, "sm90");
+    for (const char* tn : {"32", "64"}) {
+      setenv("QMOE_CUDA_WQ_TN", tn, 1);
+      for (int mode : {0, 2}) {  // 2: expert 3 gets no token
+        for (int64_t m : {9, 40, 70}) {  // top-3 of 6 experts: 4.5 / 20 / 35 rows per expert
+          const std::string kern = cuda::forward_kernels(ex, m, 3);
+          ASSERT_NE(kern.find(str("sm90-wgmma", tn)), std::string::npos) << c.name << " M=" << m << " ran " << kern;
+          Tensor x = test::random_tensor(w.act_dtype, {m, H}, 1110 + m + mode);
+          Routing r = random_routing(m, 3, E, 1120 + m + mode, mode);
+          Tensor want = ref::reference_forward_routed(w, config(E, 3), nullptr, x, r.w, r.ids);
+          expect_close(run_device(ex, nullptr, x, r, false), want, tol, str(c.name, " TN ", tn, " mode ", mode, " M=", m, " (", kern, ")"));
+        }
+      }
+      std::vector<int32_t> emap = {0, -1, 1, 2, -1, 3, 4, -1, 5};
+      const int64_t m = 50;
+      Tensor x = test::random_tensor(w.act_dtype, {m, H}, 1130);
+      Routing r = random_routing(m, 3, 9, 1131);
+      MoeConfig cfg = config(9, 3);
+      cfg.expert_map = emap;
+      Tensor want = ref::reference_forward_routed(w, cfg, nullptr, x, r.w, r.ids);
+      expect_close(run_device(ex, nullptr, x, r, false, emap), want, tol, str(c.name, " TN ", tn, " EP M=", m));
+    }
+  }
+}
+
 // An expert's last 128-row M-block with at most 64 live rows runs on one consumer warpgroup
 // (sm90_moe_gemm.cu, Sm90Gemm::half_tail). Top-1 routing with exact per-expert counts puts blocks on
 // both sides of that boundary: 64 rows (one block, tail), 65 (row 64 live: both warpgroups), 192
@@ -614,6 +671,185 @@ TEST(CudaSm90, GatherQuantizesBitForBitAsTheReference) {
       }
       EXPECT_EQ(bad, 0) << "K " << K << " quant " << quant;
     }
+  }
+}
+
+// fp8 per-token / 1x128 activations quantized once per token, then gathered as codes (Sm90Gather::codes):
+// the two passes against the reference's quantizer bit for bit, the copy pass on shuffled slots of
+// top-3 routing with padding positions (left untouched: their poison stays), K = 2048 / 7176 (odd
+// in 16-byte pieces) and the x rows' extremes as GatherQuantizesBitForBitAsTheReference's.
+TEST(CudaSm90, QuantOnceGatherCopiesTheTokensCodes) {
+  SKIP_WITHOUT_GPU();
+  SKIP_WITHOUT_SM90();
+  const int T = 29, top = 3, numel = T * top;
+  for (int K : {2048, 7176}) {
+    const int pitch = (K + 63) / 64 * 64;
+    std::mt19937_64 rng(950 + K);
+    std::vector<uint16_t> xb(static_cast<size_t>(T) * K);
+    for (int t = 0; t < T; ++t) {
+      const double mag = t == 0 ? 0.0 : t == 1 ? 1e-30 : t == 2 ? 1e30 : std::pow(10.0, std::uniform_real_distribution<double>(-6, 6)(rng));
+      for (int k = 0; k < K; ++k)
+        xb[static_cast<size_t>(t) * K + k] = codec::f32_to_bf16(static_cast<float>(mag * std::normal_distribution<double>(0, 1)(rng)));
+    }
+    // positions: every slot once, shuffled, with a sentinel (padding) after every 7th
+    std::vector<int32_t> slots(numel), sorted;
+    std::iota(slots.begin(), slots.end(), 0);
+    std::shuffle(slots.begin(), slots.end(), rng);
+    for (int i = 0; i < numel; ++i) {
+      sorted.push_back(slots[i]);
+      if (i % 7 == 6) sorted.push_back(numel);
+    }
+    const int P = static_cast<int>(sorted.size());
+    DevBuf dx = up(xb.data(), xb.size() * 2), dids = up(sorted.data(), P * 4), dn = up(&P, 4);
+    for (int quant : {1, 2}) {
+      const int groups = quant == 2 ? (K + 127) / 128 : 1;
+      DevBuf dq(static_cast<size_t>(T) * pitch), dqs(static_cast<size_t>(T) * groups * 4);
+      DevBuf dout(static_cast<size_t>(P) * pitch), dscale(static_cast<size_t>(P) * groups * 4);
+      cudaMemset(dq.ptr, 0x5A, dq.bytes);
+      cudaMemset(dout.ptr, 0x5A, dout.bytes);
+      cudaMemset(dscale.ptr, 0x7F, dscale.bytes);
+      cuda::Sm90Gather g;  // first pass: token t into row t
+      g.x = dx.ptr;
+      g.ldx = K;
+      g.cols = K;
+      g.by_sorted = 0;
+      g.numel = g.rows = T;
+      g.quant = quant;
+      g.out = dq.ptr;
+      g.out_pitch = pitch;
+      g.scales = dqs.as<float>();
+      g.groups = groups;
+      ASSERT_TRUE(cuda::sm90_gather_warp_ok(g));
+      cuda::launch_sm90_gather(false, g, nullptr);
+      cuda::Sm90Gather c = g;  // second pass: position p takes token sorted[p] / top's codes
+      c.sorted_ids = dids.as<int32_t>();
+      c.num_post = dn.as<int32_t>();
+      c.by_sorted = 1;
+      c.row_div = top;
+      c.numel = numel;
+      c.rows = P;
+      c.out = dout.ptr;
+      c.scales = dscale.as<float>();
+      c.codes = dq.ptr;
+      c.codes_pitch = pitch;
+      c.code_scales = dqs.as<float>();
+      cuda::launch_sm90_gather(false, c, nullptr);
+      ck(cudaDeviceSynchronize());
+      std::vector<uint8_t> got(dout.bytes);
+      std::vector<float> gs(static_cast<size_t>(P) * groups);
+      cudaMemcpy(got.data(), dout.ptr, got.size(), cudaMemcpyDeviceToHost);
+      cudaMemcpy(gs.data(), dscale.ptr, gs.size() * 4, cudaMemcpyDeviceToHost);
+      std::vector<float> row(K), ws(groups);
+      std::vector<uint8_t> want(K);
+      int bad = 0;
+      for (int pos = 0; pos < P; ++pos) {
+        const uint8_t* gr = got.data() + static_cast<size_t>(pos) * pitch;
+        if (sorted[pos] >= numel) {  // padding: untouched
+          for (int k = 0; k < pitch && bad < 8; ++k)
+            if (gr[k] != 0x5A) ++bad, ADD_FAILURE() << "K " << K << " quant " << quant << " padding position " << pos << " written at " << k;
+          continue;
+        }
+        const int t = sorted[pos] / top;
+        for (int k = 0; k < K; ++k) row[k] = codec::bf16_to_f32(xb[static_cast<size_t>(t) * K + k]);
+        if (quant == 1) ws[0] = ref::quantize_fp8_token(row.data(), K, want.data());
+        else ref::quantize_fp8_group128(row.data(), K, want.data(), ws.data());
+        for (int k = 0; k < K && bad < 8; ++k)
+          if (gr[k] != want[k])
+            ++bad, ADD_FAILURE() << "K " << K << " quant " << quant << " position " << pos << " (token " << t << ") col " << k
+                                 << ": code " << int(gr[k]) << ", reference " << int(want[k]);
+        for (int gi = 0; gi < groups; ++gi)
+          ASSERT_EQ(gs[static_cast<size_t>(pos) * groups + gi], ws[gi]) << "K " << K << " quant " << quant << " position " << pos;
+      }
+      EXPECT_EQ(bad, 0) << "K " << K << " quant " << quant;
+    }
+  }
+}
+
+// The layer with x quantized once per token gives the same output, bit for bit, as quantizing each
+// slot's row (QMOE_CUDA_QUANT_ONCE=0), on the tile kernels (128- and 64-row M-blocks) and the
+// streaming kernel, and matches the reference; weight on input (Llama 4) keeps per-slot rows.
+TEST(CudaSm90, QuantOnceLayerIsBitIdentical) {
+  SKIP_WITHOUT_GPU();
+  SKIP_WITHOUT_SM90();
+  std::vector<Case> cases;
+  auto add = [&](std::string n, auto f) { add_case(cases, std::move(n), f); };
+  add("fp8_channel_token", [](auto& sp) {
+    sp.kind = SchemeKind::kFP8W8A8; sp.fp8_strategy = Strategy::kChannel; sp.act = ActQuant::kFP8Token; });
+  add("fp8_block_group128", [](auto& sp) {
+    sp.kind = SchemeKind::kFP8W8A8; sp.fp8_strategy = Strategy::kBlock; sp.act = ActQuant::kFP8Group128; sp.block = {8, 128}; });
+  const int E = 6, H = 392, I = 104;
+  for (size_t ci = 0; ci < cases.size(); ++ci) {
+    const Case& c = cases[ci];
+    ExpertWeights w = make_weights(c.spec, E, H, I, 960 + static_cast<int>(ci));
+    cuda::DevExperts ex = cuda::prepare(w, Activation::kSiluMul);
+    for (const char* stream : {"", "1"}) {
+      if (stream[0] != 0 && ci == 1) continue;  // 1x128 groups do not stream (K-varying scales)
+      if (stream[0] != 0) setenv("QMOE_CUDA_STREAM", stream, 1);
+      for (int64_t m : {50, 333, 1200}) {
+        const std::string kern = cuda::forward_kernels(ex, m, 3);
+        ASSERT_NE(kern.find("sm90"), std::string::npos) << c.name << " M=" << m << " ran " << kern;
+        ASSERT_NE(kern.find("x-once"), std::string::npos) << c.name << " M=" << m << " ran " << kern;
+        Tensor x = test::random_tensor(w.act_dtype, {m, H}, 970 + m);
+        Routing r = random_routing(m, 3, E, 971 + m);
+        const Tensor once = run_device(ex, nullptr, x, r, false);
+        setenv("QMOE_CUDA_QUANT_ONCE", "0", 1);
+        const std::string kern0 = cuda::forward_kernels(ex, m, 3);
+        EXPECT_EQ(kern0.find("x-once"), std::string::npos) << kern0;
+        const Tensor per_slot = run_device(ex, nullptr, x, r, false);
+        unsetenv("QMOE_CUDA_QUANT_ONCE");
+        ASSERT_EQ(once.nbytes(), per_slot.nbytes());
+        EXPECT_EQ(std::memcmp(once.raw(), per_slot.raw(), once.nbytes()), 0)
+            << c.name << " M=" << m << " (" << kern << "): quantized once differs from per slot";
+        Tensor want = ref::reference_forward_routed(w, config(E, 3), nullptr, x, r.w, r.ids);
+        expect_close(once, want, tol_for(w, "sm90"), str(c.name, " M=", m, " (", kern, ")"));
+      }
+      unsetenv("QMOE_CUDA_STREAM");
+    }
+    EXPECT_EQ(cuda::forward_kernels(ex, 333, 1).find("x-once"), std::string::npos) << "top-1 has nothing to share";
+  }
+}
+
+// GEMM2 of the Hopper tile kernels adding each slot's weighted row into its token's row (fp32
+// reductions, Sm90Gemm::red_top_k; QMOE_CUDA_RED=1): 16-bit, fp8 and INT8 W8A8 weights, 128- and
+// 64-row M-blocks, an expert with no tokens, expert parallelism (other ranks' slots add nothing) and
+// a shared expert (added by the top-k sum), against the reference.
+TEST(CudaSm90, Gemm2ReductionMatchesReference) {
+  SKIP_WITHOUT_GPU();
+  SKIP_WITHOUT_SM90();
+  std::vector<Case> cases = hopper_plain_cases();
+  auto add = [&](std::string n, auto f) { add_case(cases, std::move(n), f); };
+  add("int8_w8a8", [](auto& sp) { sp.kind = SchemeKind::kINT8W8A8; sp.group_size = 0; });
+  struct Env {
+    Env() { setenv("QMOE_CUDA_RED", "1", 1); }
+    ~Env() { unsetenv("QMOE_CUDA_RED"); }
+  } env;
+  const int E = 5, H = 392, I = 104;
+  for (size_t ci = 0; ci < cases.size(); ++ci) {
+    const Case& c = cases[ci];
+    ExpertWeights w = make_weights(c.spec, E, H, I, 980 + static_cast<int>(ci));
+    ExpertWeights wsh = make_weights(c.spec, 1, H, I, 990 + static_cast<int>(ci));
+    cuda::DevExperts ex = cuda::prepare(w, Activation::kSiluMul), sh = cuda::prepare(wsh, Activation::kSiluMul);
+    const SchemeKind kind = w.scheme.kind;
+    const Tol tol = kind == SchemeKind::kINT8W8A8 ? Tol{std::ldexp(1.0, -5), 1e-4} : tol_for(w, "sm90");
+    for (int mode : {0, 2}) {  // 2: expert 3 gets no token
+      for (int64_t m : {60, 333, 1200}) {
+        const std::string kern = cuda::forward_kernels(ex, m, 3);
+        ASSERT_NE(kern.find(" red"), std::string::npos) << c.name << " M=" << m << " ran " << kern;
+        Tensor x = test::random_tensor(w.act_dtype, {m, H}, 1000 + m + mode);
+        Routing r = random_routing(m, 3, E, 1001 + m + mode, mode);
+        Tensor want = ref::reference_forward_routed(w, config(E, 3), mode ? &wsh : nullptr, x, r.w, r.ids);
+        expect_close(run_device(ex, mode ? &sh : nullptr, x, r, false), want, tol,
+                     str(c.name, " mode ", mode, " M=", m, " (", kern, ")"));
+      }
+    }
+    std::vector<int32_t> emap = {0, -1, 1, 2, -1, 3, -1, 4};
+    const int64_t m = 700;
+    Tensor x = test::random_tensor(w.act_dtype, {m, H}, 1010);
+    Routing r = random_routing(m, 3, 8, 1011);
+    MoeConfig cfg = config(8, 3);
+    cfg.expert_map = emap;
+    Tensor want = ref::reference_forward_routed(w, cfg, nullptr, x, r.w, r.ids);
+    expect_close(run_device(ex, nullptr, x, r, false, emap), want, tol, str(c.name, " EP M=", m));
   }
 }
 

@@ -166,8 +166,9 @@ TEST(SelectDecode, FillSplitsOnlyShortGrids) {
 }
 
 // The Hopper path's choice (select_sm90): from 17 rows per expert, from 16 for 16-bit / fp8 weights
-// with at most 16 experts, fp4 units from 33; 64-row M-blocks for 16-bit / fp8 up to 40 rows (64 with
-// >= 64 experts); the overrides replace the rules.
+// with at most 16 experts, int / W4A8 atoms from 12, fp4 units from 25; 64-row M-blocks for 16-bit /
+// fp8 up to 40 rows (64 with >= 64 experts); the quantized-weight kernel's token tile 32 / 64 / 128;
+// the overrides replace the rules.
 TEST(SelectSm90, RowsPerExpertThresholds) {
   // mixtral-8x7b M = 64 (16 rows, 8 experts) and llama4-scout M = 256 (16 rows, 16 experts)
   EXPECT_TRUE(select_sm90(16, 8, Sm90Kind::kPlain).wgmma);
@@ -177,21 +178,28 @@ TEST(SelectSm90, RowsPerExpertThresholds) {
   // qwen3-30b-a3b M = 256 (16 rows, 128 experts): the 16-row tile stays
   EXPECT_FALSE(select_sm90(16, 128, Sm90Kind::kPlain).wgmma);
   EXPECT_TRUE(select_sm90(17, 128, Sm90Kind::kPlain).wgmma);
-  // quantized-weight kernels: 17 whatever the expert count; fp4 units 33
-  EXPECT_FALSE(select_sm90(16, 8, Sm90Kind::kWq).wgmma);
-  EXPECT_TRUE(select_sm90(17, 8, Sm90Kind::kWq).wgmma);
+  // quantized-weight kernels: int atoms / W4A8 from 12 (32-row token tiles), fp4 units from 25 (64-row token tiles)
+  EXPECT_FALSE(select_sm90(11, 8, Sm90Kind::kWq).wgmma);
+  EXPECT_TRUE(select_sm90(12, 256, Sm90Kind::kWq).wgmma);
+  EXPECT_TRUE(select_sm90(16, 8, Sm90Kind::kWq).wgmma);
   EXPECT_FALSE(select_sm90(16, 8, Sm90Kind::kInt8).wgmma);
-  EXPECT_FALSE(select_sm90(32, 8, Sm90Kind::kFp4).wgmma);
-  EXPECT_TRUE(select_sm90(33, 8, Sm90Kind::kFp4).wgmma);
+  EXPECT_FALSE(select_sm90(24, 8, Sm90Kind::kFp4).wgmma);
+  EXPECT_TRUE(select_sm90(25, 8, Sm90Kind::kFp4).wgmma);
   // M-blocks: 64 rows for plain weights up to 40 rows, up to 64 with >= 64 experts; else 128
   EXPECT_EQ(select_sm90(40, 8, Sm90Kind::kPlain).bm, 64);
   EXPECT_EQ(select_sm90(41, 8, Sm90Kind::kPlain).bm, 128);
   EXPECT_EQ(select_sm90(64, 64, Sm90Kind::kPlain).bm, 64);
   EXPECT_EQ(select_sm90(64, 63, Sm90Kind::kPlain).bm, 128);
   EXPECT_EQ(select_sm90(65, 256, Sm90Kind::kPlain).bm, 128);
-  EXPECT_EQ(select_sm90(32, 256, Sm90Kind::kWq).bm, 128);
   EXPECT_EQ(select_sm90(32, 256, Sm90Kind::kInt8).bm, 128);
-  EXPECT_EQ(select_sm90(32, 256, Sm90Kind::kFp4).bm, 128);
+  // the quantized-weight kernel's token tile: 32 up to 24 rows, 64 up to 48, else 128
+  EXPECT_EQ(select_sm90(17, 8, Sm90Kind::kWq).bm, 32);
+  EXPECT_EQ(select_sm90(24, 8, Sm90Kind::kWq).bm, 32);
+  EXPECT_EQ(select_sm90(25, 256, Sm90Kind::kWq).bm, 64);
+  EXPECT_EQ(select_sm90(48, 256, Sm90Kind::kWq).bm, 64);
+  EXPECT_EQ(select_sm90(49, 8, Sm90Kind::kWq).bm, 128);
+  EXPECT_EQ(select_sm90(33, 8, Sm90Kind::kFp4).bm, 64);
+  EXPECT_EQ(select_sm90(64, 8, Sm90Kind::kFp4).bm, 128);
 }
 
 // The streaming kernel's rule (config.h select_sm90_stream) on the anchor shapes (132 SMs; boxes =
@@ -245,7 +253,10 @@ TEST(SelectSm90, StreamEvictFirstThreshold) {
 TEST(SelectSm90, OverridesReplaceTheRules) {
   EXPECT_TRUE(select_sm90(1, 128, Sm90Kind::kPlain, 1).wgmma);
   EXPECT_FALSE(select_sm90(20, 8, Sm90Kind::kPlain, 21).wgmma);
-  EXPECT_FALSE(select_sm90(20, 8, Sm90Kind::kFp4, 5).wgmma);  // fp4 never below 33
+  EXPECT_TRUE(select_sm90(20, 8, Sm90Kind::kFp4, 5).wgmma);  // the override also moves fp4's 25
+  EXPECT_EQ(select_sm90(20, 8, Sm90Kind::kWq, 0, -1, 128).bm, 128);  // the token tile forced
+  EXPECT_EQ(select_sm90(100, 8, Sm90Kind::kFp4, 0, -1, 32).bm, 32);
+  EXPECT_EQ(select_sm90(100, 8, Sm90Kind::kPlain, 0, -1, 32).bm, 128);  // plain weights: no token tile
   EXPECT_EQ(select_sm90(32, 8, Sm90Kind::kPlain, 0, 0).bm, 128);  // 64-row blocks off
   EXPECT_EQ(select_sm90(100, 8, Sm90Kind::kPlain, 0, 128).bm, 64);
 }

@@ -195,10 +195,11 @@ inline bool stream_evict_first(size_t token_row_bytes, int hint = -1) {
 //    bf16 1494 -> 893 us, fp8 1561 -> 695 us), and for 16-bit / fp8 weights with at most 16 experts
 //    from 16 (ninth session: 16 rows, 64-row M-blocks, against the 16-row tile: mixtral-8x7b M = 64
 //    bf16 1.15x, fp8 1.19x; llama4-scout M = 256 bf16 1.01x, fp8 1.23x; with 128 experts,
-//    qwen3-30b-a3b M = 256, 0.95-0.97x: not taken); int4 / int8 atoms and W4A8 from 12 (eleventh
+//    qwen3-30b-a3b M = 256, 0.95-0.97x: not taken); int4 / int8 atoms and W4A8 from 8 (eleventh
 //    session, the wq kernel with a 32-row token tile against the 16-row decode kernel, whose extra
-//    M-blocks stream an expert's weights again: 16 rows 1.33-1.61x on llama4-scout M = 256,
-//    mixtral-8x7b M = 64, qwen3-30b-a3b M = 256; 8 rows 0.97-1.07x); fp4 units from 25 (with
+//    M-blocks stream an expert's weights again: 16 rows 1.33-1.66x on llama4-scout M = 256,
+//    mixtral-8x7b M = 64, qwen3-30b-a3b M = 256; 8 rows, deepseek-v3 / gpt-oss-120b M = 256, with
+//    the half tile and the deeper ring 1.01-1.10x); fp4 units from 25 (with
 //    128-row tiles the wq kernel measured 2-6% slower than the mma.sync fp4 kernel at 32 rows and
 //    1.4-1.6x faster at 64; with 64-row tiles at 32 rows 1.18-1.32x, deepseek-v3 / gpt-oss-120b
 //    M = 1024; with 32-row tiles at 16 rows 0.89-1.11x: not taken);
@@ -217,7 +218,7 @@ inline Sm90Choice select_sm90(int64_t rows, int num_experts, Sm90Kind kind, int 
   int need = 17;
   if (min_rows > 0) need = min_rows;
   else if (kind == Sm90Kind::kPlain && num_experts <= 16) need = 16;
-  else if (kind == Sm90Kind::kWq) need = 12;
+  else if (kind == Sm90Kind::kWq) need = 8;
   else if (kind == Sm90Kind::kFp4) need = 25;
   c.wgmma = rows >= need;
   if (kind == Sm90Kind::kPlain) {

@@ -166,7 +166,7 @@ TEST(SelectDecode, FillSplitsOnlyShortGrids) {
 }
 
 // The Hopper path's choice (select_sm90): from 17 rows per expert, from 16 for 16-bit / fp8 weights
-// with at most 16 experts, int / W4A8 atoms from 12, fp4 units from 25; 64-row M-blocks for 16-bit /
+// with at most 16 experts, int / W4A8 atoms from 8, fp4 units from 25; 64-row M-blocks for 16-bit /
 // fp8 up to 40 rows (64 with >= 64 experts); the quantized-weight kernel's token tile 32 / 64 / 128;
 // the overrides replace the rules.
 TEST(SelectSm90, RowsPerExpertThresholds) {
@@ -178,9 +178,9 @@ TEST(SelectSm90, RowsPerExpertThresholds) {
   // qwen3-30b-a3b M = 256 (16 rows, 128 experts): the 16-row tile stays
   EXPECT_FALSE(select_sm90(16, 128, Sm90Kind::kPlain).wgmma);
   EXPECT_TRUE(select_sm90(17, 128, Sm90Kind::kPlain).wgmma);
-  // quantized-weight kernels: int atoms / W4A8 from 12 (32-row token tiles), fp4 units from 25 (64-row token tiles)
-  EXPECT_FALSE(select_sm90(11, 8, Sm90Kind::kWq).wgmma);
-  EXPECT_TRUE(select_sm90(12, 256, Sm90Kind::kWq).wgmma);
+  // quantized-weight kernels: int atoms / W4A8 from 8 (32-row token tiles), fp4 units from 25 (64-row token tiles)
+  EXPECT_FALSE(select_sm90(7, 8, Sm90Kind::kWq).wgmma);
+  EXPECT_TRUE(select_sm90(8, 256, Sm90Kind::kWq).wgmma);  // deepseek-v3 / gpt-oss-120b M = 256
   EXPECT_TRUE(select_sm90(16, 8, Sm90Kind::kWq).wgmma);
   EXPECT_FALSE(select_sm90(16, 8, Sm90Kind::kInt8).wgmma);
   EXPECT_FALSE(select_sm90(24, 8, Sm90Kind::kFp4).wgmma);

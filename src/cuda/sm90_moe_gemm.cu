@@ -690,6 +690,10 @@ template <WFmt F> constexpr bool kWqFp4 = F == WFmt::kNV4 || F == WFmt::kMX4;
 // M = 1024 / 4096); smaller tiles make smaller stages, and the ring then holds as many as fit in
 // ~192 KiB (up to 12), so the weight bytes in flight per SM stay at what streaming HBM needs.
 constexpr int kWqStages = 4;
+// 32-row token tiles run two CTAs per SM (their accumulators and fragments fit 104 registers per
+// consumer thread): one CTA's fill, per-stage waits and epilogue overlap the other's work; each
+// then keeps half the ring.
+template <int TN> constexpr int wq_ctas() { return TN == 32 ? 2 : 1; }
 constexpr int kWqRingBytes = 192 * 1024;
 // TN: the M-block's token rows, wgmma's N (128, or 64 / 32 where experts hold few rows: a 128-row
 // block there is mostly padding, and its tensor work and token bytes scale with TN).
@@ -699,8 +703,8 @@ struct WqCfg {
   static constexpr int ATOMS = 128 / WqFmt<F>::KA;     // atoms per n16 tile per 128-k stage
   static constexpr int X_ST = 2 * TN * 128;            // TN tokens x 128 k (bf16) as two 64-k boxes
   static constexpr int W_ST = 8 * ATOMS * WqFmt<F>::UNIT;  // 8 n16 tiles
-  static constexpr int STAGES =
-      TN == 128 ? kWqStages : (kWqRingBytes / (X_ST + W_ST) < 12 ? kWqRingBytes / (X_ST + W_ST) : 12);
+  static constexpr int RING = kWqRingBytes / wq_ctas<TN>();
+  static constexpr int STAGES = TN == 128 ? kWqStages : (RING / (X_ST + W_ST) < 12 ? RING / (X_ST + W_ST) : 12);
   static constexpr int SMEM = STAGES * (X_ST + W_ST) + 2 * STAGES * 8 + 3 * TN * 4 + 1024;  // + row scales, slots, weights
 };
 // wgmma m64 x TN x k16, A (64 weight rows) from registers, B (TN token rows) from shared memory.
@@ -721,7 +725,7 @@ __device__ __forceinline__ void wgmma_ra_half(float (&d)[TN / 2], const uint32_t
 }
 
 template <class Op, WFmt F, bool CHANNEL, int TN>
-__global__ void __launch_bounds__(384, 1)
+__global__ void __launch_bounds__(384, wq_ctas<TN>())
     sm90_moe_wq_kernel(const __grid_constant__ CUtensorMap tma_x, const Sm90Gemm p) {
 #if QMOE_SM90A
   using C = WqCfg<F, TN>;
@@ -763,7 +767,8 @@ __global__ void __launch_bounds__(384, 1)
   const uint8_t* wexp = static_cast<const uint8_t*>(p.w) + static_cast<size_t>(e) * ntiles16 * katoms * UNIT;
 
   if (wg == 0) {
-    setmaxnreg_dec<40>();
+    if constexpr (wq_ctas<TN>() == 2) setmaxnreg_dec<24>();  // 80 at launch: 128 x 24 + 256 x 104 <= 384 x 80
+    else setmaxnreg_dec<40>();
     if (tid == 0) {
       asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&tma_x)) : "memory");
       int s = 0;
@@ -787,7 +792,8 @@ __global__ void __launch_bounds__(384, 1)
     return;
   }
 
-  setmaxnreg_inc<232>();
+  if constexpr (wq_ctas<TN>() == 2) setmaxnreg_inc<104>();
+  else setmaxnreg_inc<232>();
   const int cw = wg - 1, warp = tid >> 5, lane = tid & 31;
   const int tile16 = nb * 8 + cw * 4 + warp;  // this warp's n16 tile of prepared rows
   // this thread's two weight rows (prepared order): tile16 * 16 + h * 8 + lane / 4

@@ -199,10 +199,12 @@ inline bool stream_evict_first(size_t token_row_bytes, int hint = -1) {
 //    session, the wq kernel with a 32-row token tile against the 16-row decode kernel, whose extra
 //    M-blocks stream an expert's weights again: 16 rows 1.33-1.66x on llama4-scout M = 256,
 //    mixtral-8x7b M = 64, qwen3-30b-a3b M = 256; 8 rows, deepseek-v3 / gpt-oss-120b M = 256, with
-//    the half tile and the deeper ring 1.01-1.10x); fp4 units from 25 (with
-//    128-row tiles the wq kernel measured 2-6% slower than the mma.sync fp4 kernel at 32 rows and
-//    1.4-1.6x faster at 64; with 64-row tiles at 32 rows 1.18-1.32x, deepseek-v3 / gpt-oss-120b
-//    M = 1024; with 32-row tiles at 16 rows 0.89-1.11x: not taken);
+//    the half tile and the deeper ring 1.01-1.10x, with two CTAs per SM 1.45x more); fp4 units
+//    from 12 (with 128-row tiles the wq kernel measured 2-6% slower than the mma.sync fp4 kernel at
+//    32 rows and 1.4-1.6x faster at 64; with 64-row tiles at 32 rows 1.18-1.32x, two CTAs per SM
+//    1.21-1.30x more, deepseek-v3 / gpt-oss-120b M = 1024; with 32-row tiles at two CTAs per SM
+//    at 16 rows 1.15-1.38x, llama4-scout / qwen3-30b-a3b M = 256, mixtral-8x7b M = 64, at 8 rows
+//    0.89-0.97x);
 //  * 64-row M-blocks for 16-bit and fp8 weights up to 40 rows per expert, and up to 64 with >= 64
 //    experts (eighth session: 32 rows 1.13-1.30x against 128-row blocks; 64 rows 1.09-1.11x with 128
 //    experts but 0.91-0.94x with 8 / 16); 128 rows otherwise.
@@ -219,7 +221,7 @@ inline Sm90Choice select_sm90(int64_t rows, int num_experts, Sm90Kind kind, int 
   if (min_rows > 0) need = min_rows;
   else if (kind == Sm90Kind::kPlain && num_experts <= 16) need = 16;
   else if (kind == Sm90Kind::kWq) need = 8;
-  else if (kind == Sm90Kind::kFp4) need = 25;
+  else if (kind == Sm90Kind::kFp4) need = 12;
   c.wgmma = rows >= need;
   if (kind == Sm90Kind::kPlain) {
     const bool b64 = rows64_max >= 0 ? rows <= rows64_max : (rows <= 40 || (rows <= 64 && num_experts >= 64));

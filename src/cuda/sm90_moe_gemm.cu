@@ -690,20 +690,26 @@ template <WFmt F> constexpr bool kWqFp4 = F == WFmt::kNV4 || F == WFmt::kMX4;
 // M = 1024 / 4096); smaller tiles make smaller stages, and the ring then holds as many as fit in
 // ~192 KiB (up to 12), so the weight bytes in flight per SM stay at what streaming HBM needs.
 constexpr int kWqStages = 4;
-// 32-row token tiles run two CTAs per SM (their accumulators and fragments fit 104 registers per
-// consumer thread): one CTA's fill, per-stage waits and epilogue overlap the other's work; each
-// then keeps half the ring.
-template <int TN> constexpr int wq_ctas() { return TN == 32 ? 2 : 1; }
+// Two CTAs per SM (80 registers at launch, 104 per consumer thread after setmaxnreg) where the
+// consumers fit: 32-row token tiles, and 64-row ones that accumulate straight into acc (channel
+// scales, fp4 units; a group-scale kernel's second accumulator set spills there). One CTA's fill,
+// per-stage waits and epilogue then overlap the other's work; each keeps half the ring. H200
+// (eleventh session): 32-row tiles 1.34-1.45x over one CTA; 64-row fp4 tiles 1.17-1.28x, int4
+// g128 / W4A8 ones (72-88 bytes of stack) 0.86-0.89x.
+template <WFmt F, int TN, bool CH>
+constexpr int wq_ctas() {
+  return TN == 32 || (TN == 64 && (CH || F == WFmt::kNV4 || F == WFmt::kMX4)) ? 2 : 1;
+}
 constexpr int kWqRingBytes = 192 * 1024;
 // TN: the M-block's token rows, wgmma's N (128, or 64 / 32 where experts hold few rows: a 128-row
 // block there is mostly padding, and its tensor work and token bytes scale with TN).
-template <WFmt F, int TN = kBM>
+template <WFmt F, int TN = kBM, bool CH = true>
 struct WqCfg {
   static_assert(TN == 128 || TN == 64 || TN == 32, "token tiles of 128, 64 or 32 rows");
   static constexpr int ATOMS = 128 / WqFmt<F>::KA;     // atoms per n16 tile per 128-k stage
   static constexpr int X_ST = 2 * TN * 128;            // TN tokens x 128 k (bf16) as two 64-k boxes
   static constexpr int W_ST = 8 * ATOMS * WqFmt<F>::UNIT;  // 8 n16 tiles
-  static constexpr int RING = kWqRingBytes / wq_ctas<TN>();
+  static constexpr int RING = kWqRingBytes / wq_ctas<F, TN, CH>();
   static constexpr int STAGES = TN == 128 ? kWqStages : (RING / (X_ST + W_ST) < 12 ? RING / (X_ST + W_ST) : 12);
   static constexpr int SMEM = STAGES * (X_ST + W_ST) + 2 * STAGES * 8 + 3 * TN * 4 + 1024;  // + row scales, slots, weights
 };
@@ -725,10 +731,10 @@ __device__ __forceinline__ void wgmma_ra_half(float (&d)[TN / 2], const uint32_t
 }
 
 template <class Op, WFmt F, bool CHANNEL, int TN>
-__global__ void __launch_bounds__(384, wq_ctas<TN>())
+__global__ void __launch_bounds__(384, wq_ctas<F, TN, CHANNEL>())
     sm90_moe_wq_kernel(const __grid_constant__ CUtensorMap tma_x, const Sm90Gemm p) {
 #if QMOE_SM90A
-  using C = WqCfg<F, TN>;
+  using C = WqCfg<F, TN, CHANNEL>;
   constexpr int NJ = TN / 8;  // n8 token groups of the accumulators
   constexpr int KA = WqFmt<F>::KA, UNIT = WqFmt<F>::UNIT, ATOMS = C::ATOMS, STAGES = C::STAGES;
   constexpr bool FP4 = kWqFp4<F>;
@@ -767,7 +773,7 @@ __global__ void __launch_bounds__(384, wq_ctas<TN>())
   const uint8_t* wexp = static_cast<const uint8_t*>(p.w) + static_cast<size_t>(e) * ntiles16 * katoms * UNIT;
 
   if (wg == 0) {
-    if constexpr (wq_ctas<TN>() == 2) setmaxnreg_dec<24>();  // 80 at launch: 128 x 24 + 256 x 104 <= 384 x 80
+    if constexpr (wq_ctas<F, TN, CHANNEL>() == 2) setmaxnreg_dec<24>();  // 80 at launch: 128 x 24 + 256 x 104 <= 384 x 80
     else setmaxnreg_dec<40>();
     if (tid == 0) {
       asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&tma_x)) : "memory");
@@ -792,7 +798,7 @@ __global__ void __launch_bounds__(384, wq_ctas<TN>())
     return;
   }
 
-  if constexpr (wq_ctas<TN>() == 2) setmaxnreg_inc<104>();
+  if constexpr (wq_ctas<F, TN, CHANNEL>() == 2) setmaxnreg_inc<104>();
   else setmaxnreg_inc<232>();
   const int cw = wg - 1, warp = tid >> 5, lane = tid & 31;
   const int tile16 = nb * 8 + cw * 4 + warp;  // this warp's n16 tile of prepared rows
@@ -1326,7 +1332,7 @@ void launch_stream(const Sm90Gemm& p, cudaStream_t s) {
 
 template <class Op, WFmt F, bool CH, int TN>
 void launch_wq_tn(const Sm90Gemm& p, cudaStream_t s) {
-  using C = WqCfg<F, TN>;
+  using C = WqCfg<F, TN, CH>;
   auto kern = sm90_moe_wq_kernel<Op, F, CH, TN>;
   static std::once_flag once;
   std::call_once(once, [&] { QMOE_CUDA_OK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM)); });

@@ -166,7 +166,7 @@ TEST(SelectDecode, FillSplitsOnlyShortGrids) {
 }
 
 // The Hopper path's choice (select_sm90): from 17 rows per expert, from 16 for 16-bit / fp8 weights
-// with at most 16 experts, int / W4A8 atoms from 8, fp4 units from 25; 64-row M-blocks for 16-bit /
+// with at most 16 experts, int / W4A8 atoms from 8, fp4 units from 12; 64-row M-blocks for 16-bit /
 // fp8 up to 40 rows (64 with >= 64 experts); the quantized-weight kernel's token tile 32 / 64 / 128;
 // the overrides replace the rules.
 TEST(SelectSm90, RowsPerExpertThresholds) {
@@ -178,13 +178,14 @@ TEST(SelectSm90, RowsPerExpertThresholds) {
   // qwen3-30b-a3b M = 256 (16 rows, 128 experts): the 16-row tile stays
   EXPECT_FALSE(select_sm90(16, 128, Sm90Kind::kPlain).wgmma);
   EXPECT_TRUE(select_sm90(17, 128, Sm90Kind::kPlain).wgmma);
-  // quantized-weight kernels: int atoms / W4A8 from 8 (32-row token tiles), fp4 units from 25 (64-row token tiles)
+  // quantized-weight kernels: int atoms / W4A8 from 8 (32-row token tiles), fp4 units from 12
   EXPECT_FALSE(select_sm90(7, 8, Sm90Kind::kWq).wgmma);
   EXPECT_TRUE(select_sm90(8, 256, Sm90Kind::kWq).wgmma);  // deepseek-v3 / gpt-oss-120b M = 256
   EXPECT_TRUE(select_sm90(16, 8, Sm90Kind::kWq).wgmma);
   EXPECT_FALSE(select_sm90(16, 8, Sm90Kind::kInt8).wgmma);
-  EXPECT_FALSE(select_sm90(24, 8, Sm90Kind::kFp4).wgmma);
-  EXPECT_TRUE(select_sm90(25, 8, Sm90Kind::kFp4).wgmma);
+  EXPECT_FALSE(select_sm90(11, 8, Sm90Kind::kFp4).wgmma);
+  EXPECT_TRUE(select_sm90(12, 8, Sm90Kind::kFp4).wgmma);
+  EXPECT_TRUE(select_sm90(16, 16, Sm90Kind::kFp4).wgmma);  // llama4-scout M = 256
   // M-blocks: 64 rows for plain weights up to 40 rows, up to 64 with >= 64 experts; else 128
   EXPECT_EQ(select_sm90(40, 8, Sm90Kind::kPlain).bm, 64);
   EXPECT_EQ(select_sm90(41, 8, Sm90Kind::kPlain).bm, 128);
@@ -253,7 +254,7 @@ TEST(SelectSm90, StreamEvictFirstThreshold) {
 TEST(SelectSm90, OverridesReplaceTheRules) {
   EXPECT_TRUE(select_sm90(1, 128, Sm90Kind::kPlain, 1).wgmma);
   EXPECT_FALSE(select_sm90(20, 8, Sm90Kind::kPlain, 21).wgmma);
-  EXPECT_TRUE(select_sm90(20, 8, Sm90Kind::kFp4, 5).wgmma);  // the override also moves fp4's 25
+  EXPECT_TRUE(select_sm90(20, 8, Sm90Kind::kFp4, 5).wgmma);  // the override also moves fp4's 12
   EXPECT_EQ(select_sm90(20, 8, Sm90Kind::kWq, 0, -1, 128).bm, 128);  // the token tile forced
   EXPECT_EQ(select_sm90(100, 8, Sm90Kind::kFp4, 0, -1, 32).bm, 32);
   EXPECT_EQ(select_sm90(100, 8, Sm90Kind::kPlain, 0, -1, 32).bm, 128);  // plain weights: no token tile

@@ -713,20 +713,16 @@ struct WqCfg {
   static constexpr int STAGES = TN == 128 ? kWqStages : (RING / (X_ST + W_ST) < 12 ? RING / (X_ST + W_ST) : 12);
   static constexpr int SMEM = STAGES * (X_ST + W_ST) + 2 * STAGES * 8 + 3 * TN * 4 + 1024;  // + row scales, slots, weights
 };
-// wgmma m64 x TN x k16, A (64 weight rows) from registers, B (TN token rows) from shared memory.
-template <class Op, int TN>
+// wgmma m64 x TN x k16, A (64 weight rows) from registers, B (TN token rows) from shared memory;
+// HALF: the first TN / 2 token columns only (their accumulators are the first half of d's).
+template <class Op, int TN, bool HALF = false>
 __device__ __forceinline__ void wgmma_ra(float (&d)[TN / 2], const uint32_t (&a)[4], uint64_t db, int scale_d) {
   constexpr bool bf = std::is_same_v<Op, BF16>;
-  if constexpr (TN == 128) bf ? wgmma_ra_n128_bf16(d, a, db, scale_d) : wgmma_ra_n128_f16(d, a, db, scale_d);
-  else if constexpr (TN == 64) bf ? wgmma_ra_n64_bf16(d, a, db, scale_d) : wgmma_ra_n64_f16(d, a, db, scale_d);
-  else bf ? wgmma_ra_n32_bf16(d, a, db, scale_d) : wgmma_ra_n32_f16(d, a, db, scale_d);
-}
-// ... its first TN / 2 token columns only (the accumulators of the first half of d's columns).
-template <class Op, int TN>
-__device__ __forceinline__ void wgmma_ra_half(float (&d)[TN / 2], const uint32_t (&a)[4], uint64_t db, int scale_d) {
-  constexpr bool bf = std::is_same_v<Op, BF16>;
-  if constexpr (TN == 128) bf ? wgmma_ra_n64_of128_bf16(d, a, db, scale_d) : wgmma_ra_n64_of128_f16(d, a, db, scale_d);
+  if constexpr (TN == 128 && !HALF) bf ? wgmma_ra_n128_bf16(d, a, db, scale_d) : wgmma_ra_n128_f16(d, a, db, scale_d);
+  else if constexpr (TN == 128) bf ? wgmma_ra_n64_of128_bf16(d, a, db, scale_d) : wgmma_ra_n64_of128_f16(d, a, db, scale_d);
+  else if constexpr (TN == 64 && !HALF) bf ? wgmma_ra_n64_bf16(d, a, db, scale_d) : wgmma_ra_n64_f16(d, a, db, scale_d);
   else if constexpr (TN == 64) bf ? wgmma_ra_n32_of64_bf16(d, a, db, scale_d) : wgmma_ra_n32_of64_f16(d, a, db, scale_d);
+  else if constexpr (!HALF) bf ? wgmma_ra_n32_bf16(d, a, db, scale_d) : wgmma_ra_n32_f16(d, a, db, scale_d);
   else bf ? wgmma_ra_n16_of32_bf16(d, a, db, scale_d) : wgmma_ra_n16_of32_f16(d, a, db, scale_d);
 }
 
@@ -937,11 +933,11 @@ __global__ void __launch_bounds__(384, wq_ctas<F, TN, CHANNEL>())
     for (int st = 0; st < 8; ++st) {
       const uint64_t db = smem_desc(x_st + (st >> 2) * TN * 128 + (st & 3) * 32);
       if constexpr (channel) {
-        if (half) wgmma_ra_half<Op, TN>(acc, af[st], db, 1);
+        if (half) wgmma_ra<Op, TN, true>(acc, af[st], db, 1);
         else wgmma_ra<Op, TN>(acc, af[st], db, 1);
       } else {
         const int sd = (ic == 0 && st == 0) ? 0 : 1;
-        if (half) wgmma_ra_half<Op, TN>(tmp, af[st], db, sd);
+        if (half) wgmma_ra<Op, TN, true>(tmp, af[st], db, sd);
         else wgmma_ra<Op, TN>(tmp, af[st], db, sd);
       }
     }

@@ -145,15 +145,6 @@ bool quant_once_on() {
   return !(v != nullptr && v[0] == '0');
 }
 
-// GEMM2 of the Hopper tile kernels adding each slot's weighted row into its token's row with fp32
-// reductions (Sm90Gemm::red_top_k; the top-k sum then reads [T][H]); QMOE_CUDA_RED=1 turns it on
-// (measurements; read per plan). The order of the adds is the hardware's: any order is allowed
-// (docs/numerics.md step 6), but outputs may differ from run to run in the last fp32 bit.
-bool red_on() {
-  const char* v = std::getenv("QMOE_CUDA_RED");
-  return v != nullptr && v[0] == '1';
-}
-
 // One consumer warpgroup for an expert's last 128-row M-block when it holds <= 64 live rows
 // (Sm90Gemm::half_tail); QMOE_CUDA_HALF_TAIL=0 turns it off for measurements.
 bool half_tail_on() {
@@ -262,9 +253,6 @@ struct ExpertsPlan {
   bool quant_once = false;
   void* xq = nullptr;
   float* xq_scale = nullptr;
-  // GEMM2 adds into o's token rows (Sm90Gemm::red_top_k): the top-k sum reads o as [m][H], top 1
-  bool red = false;
-  int reduce_top_k() const { return red ? 1 : top_k; }
 
   void plan(const DevExperts& ex, int64_t m_, int top_k_, bool weight_on_input, Carve& cv) {
     m = m_;
@@ -322,7 +310,6 @@ struct ExpertsPlan {
         h_scale = cv.take<float>(static_cast<size_t>(cap));
       }
       o = cv.take<float>(static_cast<size_t>(numel) * ex.hidden);
-      red = !stream && !op.wq && top_k > 1 && red_on();
       return;
     }
     c1 = select_config({m, top_k, ex.num_experts, ex.w13.np, ex.hidden, ex.fmt, sms});
@@ -481,19 +468,21 @@ void run_experts_sm90(const DevExperts& ex, const ExpertsPlan& pl, const void* x
   g.out_pitch = ex.w13.kp;
   g.scales = pl.a_scale;
   g.groups = pl.a_groups;
-  Sm90Gather once = g;  // the first pass of quant_once: token t's codes into row t of xq
-  once.sorted_ids = nullptr;
-  once.num_post = nullptr;
-  once.by_sorted = 0;
-  once.rows = once.numel = static_cast<int>(pl.m);
-  once.out = pl.xq;
-  once.scales = pl.xq_scale;
-  if (pl.quant_once && sm90_gather_warp_ok(once)) {
-    launch_sm90_gather(f16, once, s);
-    sync_check(s, "sm90_gather: x quantized per token");
-    g.codes = pl.xq;
-    g.codes_pitch = ex.w13.kp;
-    g.code_scales = pl.xq_scale;
+  if (pl.quant_once) {
+    Sm90Gather once = g;  // the first pass: token t's codes into row t of xq
+    once.sorted_ids = nullptr;
+    once.num_post = nullptr;
+    once.by_sorted = 0;
+    once.rows = once.numel = static_cast<int>(pl.m);
+    once.out = pl.xq;
+    once.scales = pl.xq_scale;
+    if (sm90_gather_warp_ok(once)) {  // x 16-byte aligned (the plan checked the sizes)
+      launch_sm90_gather(f16, once, s);
+      sync_check(s, "sm90_gather: x quantized per token");
+      g.codes = pl.xq;
+      g.codes_pitch = ex.w13.kp;
+      g.code_scales = pl.xq_scale;
+    }
   }
   launch_sm90_gather(f16, g, s);
   sync_check(s, "sm90_gather of x");
@@ -576,12 +565,7 @@ void run_experts_sm90(const DevExperts& ex, const ExpertsPlan& pl, const void* x
   g2.out = pl.o;
   g2.ldo = H;
   g2.topk_w = on_input ? nullptr : topk_w;
-  if (pl.red) {
-    g2.red_top_k = pl.top_k;
-    QMOE_CUDA_OK(cudaMemsetAsync(pl.o, 0, static_cast<size_t>(pl.m) * H * 4, s));
-  } else if (emap != nullptr) {
-    QMOE_CUDA_OK(cudaMemsetAsync(pl.o, 0, static_cast<size_t>(pl.numel) * H * 4, s));
-  }
+  if (emap != nullptr) QMOE_CUDA_OK(cudaMemsetAsync(pl.o, 0, static_cast<size_t>(pl.numel) * H * 4, s));
   launch(g2);
 }
 
@@ -753,8 +737,7 @@ void forward(const DevExperts& ex, const DevExperts* shared, const ForwardArgs& 
     QMOE_CUDA_OK(cudaMemsetAsync(p.zero_ids, 0, static_cast<size_t>(a.m) * 4, s));
     run_experts(*shared, p.shared, a.x, nullptr, p.zero_ids, nullptr, false, s);
   }
-  launch_reduce(ex.act == DType::kF16, p.routed.o, shared ? p.shared.o : nullptr, a.m, p.routed.reduce_top_k(), ex.hidden,
-                a.y, s);
+  launch_reduce(ex.act == DType::kF16, p.routed.o, shared ? p.shared.o : nullptr, a.m, a.top_k, ex.hidden, a.y, s);
   sync_check(s, "reduce");
 }
 
@@ -767,7 +750,7 @@ std::string forward_kernels(const DevExperts& ex, int64_t m, int top_k) {
   if (p.routed.wg)
     return str(ex.method, " gemm1=sm90-wgmma", p.routed.bm == 128 ? "" : std::to_string(p.routed.bm),
                " gemm2=sm90-wgmma", p.routed.bm == 128 ? "" : std::to_string(p.routed.bm),
-               p.routed.quant_once ? " x-once" : "", p.routed.red ? " red" : "");
+               p.routed.quant_once ? " x-once" : "");
   if (p.routed.dec)
     return str(ex.method, " gemm1=", p.routed.dec90_1 ? "decode90" : "decode", p.routed.dec_r == 16 ? "r16" : "",
                "/split", p.routed.c1.splits, " gemm2=", p.routed.dec90_2 ? "decode90" : "decode",

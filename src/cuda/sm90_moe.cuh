@@ -57,10 +57,6 @@ struct Sm90Gemm {
   void* out = nullptr;
   int ldo = 0;
   const float* topk_w = nullptr;
-  // stage 2 of the 16-bit / fp8 / INT8 tile kernel: > 0 adds each slot's weighted row into token
-  // row slot / red_top_k of `out` (fp32 reductions in L2, out zeroed first) instead of storing it
-  // in the slot's row, so the layer's top-k sum reads [T][H] instead of [T * top_k][H]
-  int red_top_k = 0;
 };
 
 // sm90_gather: one row per sorted position.

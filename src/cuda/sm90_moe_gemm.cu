@@ -65,10 +65,6 @@ struct Sm90Cfg {
 };
 
 // ---- PTX helpers (sm_90) -------------------------------------------------------------------------
-// Two fp32 reductions (adds) into global memory in one vector operation (sm_90).
-__device__ __forceinline__ void red_add2(float* dst, float a, float b) {
-  asm volatile("red.global.add.v2.f32 [%0], {%1, %2};\n" ::"l"(dst), "f"(a), "f"(b) : "memory");
-}
 __device__ __forceinline__ uint8_t* align_1024(uint8_t* p) {
   return reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(p) + 1023) & ~uintptr_t(1023));
 }
@@ -408,8 +404,7 @@ __global__ void __launch_bounds__(384, 1)
       const int sid = o_sid[h];
       if (sid >= p.numel) continue;
       const float w = o_w[h];
-      const bool red = p.red_top_k > 0;
-      float* orow = static_cast<float*>(p.out) + static_cast<size_t>(red ? sid / p.red_top_k : sid) * p.ldo;
+      float* orow = static_cast<float*>(p.out) + static_cast<size_t>(sid) * p.ldo;
 #pragma unroll
       for (int j = 0; j < NACC / 4; ++j) {
         const int n = nb * BN + cn + 8 * j + 2 * (lane & 3);
@@ -419,8 +414,7 @@ __global__ void __launch_bounds__(384, 1)
           v0 += s_bias[n - nb * BN];
           v1 += s_bias[n - nb * BN + 1];
         }
-        if (red) red_add2(orow + n, v0 * w, v1 * w);
-        else *reinterpret_cast<float2*>(orow + n) = make_float2(v0 * w, v1 * w);
+        *reinterpret_cast<float2*>(orow + n) = make_float2(v0 * w, v1 * w);
       }
     }
   }

@@ -809,50 +809,6 @@ TEST(CudaSm90, QuantOnceLayerIsBitIdentical) {
   }
 }
 
-// GEMM2 of the Hopper tile kernels adding each slot's weighted row into its token's row (fp32
-// reductions, Sm90Gemm::red_top_k; QMOE_CUDA_RED=1): 16-bit, fp8 and INT8 W8A8 weights, 128- and
-// 64-row M-blocks, an expert with no tokens, expert parallelism (other ranks' slots add nothing) and
-// a shared expert (added by the top-k sum), against the reference.
-TEST(CudaSm90, Gemm2ReductionMatchesReference) {
-  SKIP_WITHOUT_GPU();
-  SKIP_WITHOUT_SM90();
-  std::vector<Case> cases = hopper_plain_cases();
-  auto add = [&](std::string n, auto f) { add_case(cases, std::move(n), f); };
-  add("int8_w8a8", [](auto& sp) { sp.kind = SchemeKind::kINT8W8A8; sp.group_size = 0; });
-  struct Env {
-    Env() { setenv("QMOE_CUDA_RED", "1", 1); }
-    ~Env() { unsetenv("QMOE_CUDA_RED"); }
-  } env;
-  const int E = 5, H = 392, I = 104;
-  for (size_t ci = 0; ci < cases.size(); ++ci) {
-    const Case& c = cases[ci];
-    ExpertWeights w = make_weights(c.spec, E, H, I, 980 + static_cast<int>(ci));
-    ExpertWeights wsh = make_weights(c.spec, 1, H, I, 990 + static_cast<int>(ci));
-    cuda::DevExperts ex = cuda::prepare(w, Activation::kSiluMul), sh = cuda::prepare(wsh, Activation::kSiluMul);
-    const SchemeKind kind = w.scheme.kind;
-    const Tol tol = kind == SchemeKind::kINT8W8A8 ? Tol{std::ldexp(1.0, -5), 1e-4} : tol_for(w, "sm90");
-    for (int mode : {0, 2}) {  // 2: expert 3 gets no token
-      for (int64_t m : {60, 333, 1200}) {
-        const std::string kern = cuda::forward_kernels(ex, m, 3);
-        ASSERT_NE(kern.find(" red"), std::string::npos) << c.name << " M=" << m << " ran " << kern;
-        Tensor x = test::random_tensor(w.act_dtype, {m, H}, 1000 + m + mode);
-        Routing r = random_routing(m, 3, E, 1001 + m + mode, mode);
-        Tensor want = ref::reference_forward_routed(w, config(E, 3), mode ? &wsh : nullptr, x, r.w, r.ids);
-        expect_close(run_device(ex, mode ? &sh : nullptr, x, r, false), want, tol,
-                     str(c.name, " mode ", mode, " M=", m, " (", kern, ")"));
-      }
-    }
-    std::vector<int32_t> emap = {0, -1, 1, 2, -1, 3, -1, 4};
-    const int64_t m = 700;
-    Tensor x = test::random_tensor(w.act_dtype, {m, H}, 1010);
-    Routing r = random_routing(m, 3, 8, 1011);
-    MoeConfig cfg = config(8, 3);
-    cfg.expert_map = emap;
-    Tensor want = ref::reference_forward_routed(w, cfg, nullptr, x, r.w, r.ids);
-    expect_close(run_device(ex, nullptr, x, r, false, emap), want, tol, str(c.name, " EP M=", m));
-  }
-}
-
 // ---- full-size anchor shapes (one row each; int4 g128 keeps host memory and time modest) ----
 TEST(CudaMoeFullSize, AnchorShapes) {
   SKIP_WITHOUT_GPU();

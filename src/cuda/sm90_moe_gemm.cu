@@ -866,76 +866,165 @@ __global__ void __launch_bounds__(384, wq_ctas<F, TN, CHANNEL>())
   // stalled the consumers ~20% of the time: ncu, mixtral-8x7b int4 g128 M = 4096)
   float sc[2] = {0.f, 0.f}, sn[2] = {0.f, 0.f}, zn[2] = {zsym, zsym};
   if constexpr (!channel) sc[0] = scale_of(0, 0), sc[1] = scale_of(1, 0);
-  for (int kb = 0; kb < nk; ++kb) {
-    mbar_wait(&full[s], ph);
-    const uint8_t* x_st = sX + s * C::X_ST;
-    const uint8_t* w_st = sW + s * C::W_ST + (cw * 4 + warp) * ATOMS * UNIT;
+  // One stage's 8 k16 steps: step st's A fragment is dequantized, then its wgmma issued at once, so
+  // the tensor pipe starts on step 0 while the warps dequantize the later steps (each step keeps its
+  // own fragment registers until the stage's wait). The descriptors are the stage's base plus
+  // constant offsets, and whole / half token tiles are two straight copies of the loop (a branch per
+  // wgmma split the chain: one WARPGROUP.ARRIVE and scoreboard per HGMMA in its own block).
+  // H200, ncu (twelfth session): with all 8 fragments dequantized before the first wgmma the
+  // tensor pipe was 46% busy on mixtral-8x7b int4 g128 M = 4096 (the 16-bit tile kernel 84%).
+  // Two-CTA kernels (80 registers at launch) keep the fragments-first order: interleaved, ptxas
+  // serializes their wgmmas for want of registers (C7512).
+  constexpr bool kInterleave = wq_ctas<F, TN, CHANNEL>() == 1;
+  // Interleaved kernels that accumulate straight into acc (channel scales, fp4 units) or have 64-row
+  // tiles load a stage's raw shared-memory words while the previous stage's wgmmas run (its full
+  // barrier waited for there), so a stage starts on its first conversion. H200 (r5, A/B in one
+  // run): fp4 / channel 128-row tiles 1.00-1.08x, int4 / W4A8 64-row tiles 1.02-1.03x; the
+  // group-scale 128-row kernels (acc + tmp + fragments: 160 of their 168 registers) 0.79-0.88x, so
+  // they load a stage's words at its start.
+  constexpr bool kPrefetch = kInterleave && (channel || TN != kBM);
+  // A stage's raw shared-memory words of this warp's n16 tile: unit u's 16 code bytes per lane and
+  // (fp4) rows g / g + 8's block-scale words, then k16 step st's exact A fragment from them.
+  constexpr int RAWN = 8 / (KA / 16);  // units per stage: 2 (int4 atoms, fp4 units), 4 (int8 atoms)
+  struct Raw {
+    uint4 v[RAWN];
+    uint32_t sw[FP4 ? RAWN : 1][2];
+  };
+  // grp >= 0 (fragments-first order, step by step): an MXFP4 unit's group grp byte alone
+  const auto load_unit = [&](const uint8_t* w_st, int u, Raw& r, int grp = -1) {
+    const uint8_t* unit = w_st + u * UNIT;
+    r.v[u] = *reinterpret_cast<const uint4*>(unit + lane * 16);
+    if constexpr (FP4) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int row = h * 8 + (lane >> 2);
+        if constexpr (F == WFmt::kNV4) r.sw[u][h] = *reinterpret_cast<const uint32_t*>(unit + 512 + row * 4);
+        else if (grp >= 0) r.sw[u][h] = unit[512 + row * 2 + grp];
+        else r.sw[u][h] = *reinterpret_cast<const uint16_t*>(unit + 512 + row * 2);  // e8m0 of k 0-31, 32-63
+      }
+    }
+  };
+  const auto convert = [&](const Raw& r, int kb, int st, uint32_t (&af)[4], bool one_grp = false) {
+    if constexpr (FP4) {
+      // unit st / 4, its k16 block b = st % 4; rows g (h = 0) and g + 8 (h = 1)
+      const int u = st >> 2, b = st & 3;
+      const uint4 v = r.v[u];
+      const uint32_t w = b == 0 ? v.x : b == 1 ? v.y : b == 2 ? v.z : v.w;
+      uint32_t s2[2] = {0u, 0u};
+      // the last stage of an odd unit count holds one unit: the other slot is stale shared
+      // memory whose scale bytes may decode to inf (inf x the zero-filled tokens = NaN)
+      if (kb * ATOMS + u < katoms)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        if constexpr (F == WFmt::kNV4) {
+          // blocks (b & ~1, b | 1) as a pair, times 2^(126 + c); broadcast block b
+          const uint32_t pr = Op::mul2(dq_fp8_pair<Op>(r.sw[u][h], b & 2), Fp4Bits<Op>::kFold);
+          s2[h] = __byte_perm(pr, 0u, (b & 1) ? 0x3232 : 0x1010);
+        } else {
+          const uint32_t e = one_grp ? r.sw[u][h] : __byte_perm(r.sw[u][h], 0u, 0x4440 | (b >> 1));
+          s2[h] = mx_scale_pair<Op>(e);  // group b / 2 of 32 k
+        }
+      }
+      af[0] = Op::mul2(e2m1_raw_pair<Op, 0>(w), s2[0]);  // rows g,     k 2t..
+      af[1] = Op::mul2(e2m1_raw_pair<Op, 2>(w), s2[1]);  // rows g + 8, k 2t..
+      af[2] = Op::mul2(e2m1_raw_pair<Op, 1>(w), s2[0]);  // rows g,     k 2t + 8..
+      af[3] = Op::mul2(e2m1_raw_pair<Op, 3>(w), s2[1]);  // rows g + 8, k 2t + 8..
+    } else if constexpr (F == WFmt::kU4) {
+      const uint4 v = r.v[st >> 2];
+      const uint32_t w = (st & 3) == 0 ? v.x : (st & 3) == 1 ? v.y : (st & 3) == 2 ? v.z : v.w;
+      af[0] = dq_u4_pair<Op>(w, 0, zm[0]);  // rows g,     k 2t..
+      af[1] = dq_u4_pair<Op>(w, 2, zm[1]);  // rows g + 8, k 2t..
+      af[2] = dq_u4_pair<Op>(w, 1, zm[0]);  // rows g,     k 2t + 8..
+      af[3] = dq_u4_pair<Op>(w, 3, zm[1]);  // rows g + 8, k 2t + 8..
+    } else {
+      const uint4 v = r.v[st >> 1];
+      const uint32_t w0 = (st & 1) ? v.z : v.x, w1 = (st & 1) ? v.w : v.y;  // n half 0 / 1
+      af[0] = dq_u8_pair<Op>(w0, 0, zf[0]);
+      af[1] = dq_u8_pair<Op>(w1, 0, zf[1]);
+      af[2] = dq_u8_pair<Op>(w0, 2, zf[0]);
+      af[3] = dq_u8_pair<Op>(w1, 2, zf[1]);
+    }
+  };
+  const auto stage_mma = [&](auto half_tag, const uint8_t* x_st, const uint8_t* w_st, const Raw& rpre, int kb,
+                             int sd0) {
+    constexpr bool H = decltype(half_tag)::value;
+    const uint64_t d0 = smem_desc(x_st);
+    Raw r;  // without the prefetch: all of the stage's shared-memory loads first
+    if constexpr (kPrefetch) {
+      r = rpre;
+    } else {
+#pragma unroll
+      for (int u = 0; u < RAWN; ++u) load_unit(w_st, u, r);
+    }
     uint32_t af[8][4];
 #pragma unroll
     for (int st = 0; st < 8; ++st) {
-      if constexpr (FP4) {
-        // unit st / 4, its k16 block b = st % 4; rows g (h = 0) and g + 8 (h = 1)
-        const uint8_t* unit = w_st + (st >> 2) * UNIT;
-        const uint4 v = *reinterpret_cast<const uint4*>(unit + lane * 16);
-        const int b = st & 3;
-        const uint32_t w = b == 0 ? v.x : b == 1 ? v.y : b == 2 ? v.z : v.w;
-        uint32_t s2[2] = {0u, 0u};
-        // the last stage of an odd unit count holds one unit: the other slot is stale shared
-        // memory whose scale bytes may decode to inf (inf x the zero-filled tokens = NaN)
-        if (kb * ATOMS + (st >> 2) < katoms)
+      convert(r, kb, st, af[st]);
+      wgmma_fence();
+      const uint64_t db = d0 + static_cast<uint64_t>(((st >> 2) * TN * 128 + (st & 3) * 32) >> 4);
+      if constexpr (channel) wgmma_ra<Op, TN, H>(acc, af[st], db, 1);
+      else wgmma_ra<Op, TN, H>(tmp, af[st], db, st == 0 ? sd0 : 1);
+    }
+  };
+  // the fragments-first order with a branch per wgmma (two-CTA kernels)
+  const auto stage_mma_ff = [&](const uint8_t* x_st, const uint8_t* w_st, int kb, int sd0, auto&& preload) {
+    uint32_t af[8][4];
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int row = h * 8 + (lane >> 2);
-          if constexpr (F == WFmt::kNV4) {
-            // blocks (b & ~1, b | 1) as a pair, times 2^(126 + c); broadcast block b
-            const uint32_t sw = *reinterpret_cast<const uint32_t*>(unit + 512 + row * 4);
-            const uint32_t pr = Op::mul2(dq_fp8_pair<Op>(sw, b & 2), Fp4Bits<Op>::kFold);
-            s2[h] = __byte_perm(pr, 0u, (b & 1) ? 0x3232 : 0x1010);
-          } else {
-            s2[h] = mx_scale_pair<Op>(unit[512 + row * 2 + (b >> 1)]);  // group b / 2 of 32 k
-          }
-        }
-        af[st][0] = Op::mul2(e2m1_raw_pair<Op, 0>(w), s2[0]);  // rows g,     k 2t..
-        af[st][1] = Op::mul2(e2m1_raw_pair<Op, 2>(w), s2[1]);  // rows g + 8, k 2t..
-        af[st][2] = Op::mul2(e2m1_raw_pair<Op, 1>(w), s2[0]);  // rows g,     k 2t + 8..
-        af[st][3] = Op::mul2(e2m1_raw_pair<Op, 3>(w), s2[1]);  // rows g + 8, k 2t + 8..
-      } else if constexpr (F == WFmt::kU4) {
-        const uint4 v = *reinterpret_cast<const uint4*>(w_st + ((st >> 2) * 32 + lane) * 16);
-        const uint32_t w = (st & 3) == 0 ? v.x : (st & 3) == 1 ? v.y : (st & 3) == 2 ? v.z : v.w;
-        af[st][0] = dq_u4_pair<Op>(w, 0, zm[0]);  // rows g,     k 2t..
-        af[st][1] = dq_u4_pair<Op>(w, 2, zm[1]);  // rows g + 8, k 2t..
-        af[st][2] = dq_u4_pair<Op>(w, 1, zm[0]);  // rows g,     k 2t + 8..
-        af[st][3] = dq_u4_pair<Op>(w, 3, zm[1]);  // rows g + 8, k 2t + 8..
-      } else {
-        const uint4 v = *reinterpret_cast<const uint4*>(w_st + ((st >> 1) * 32 + lane) * 16);
-        const uint32_t w0 = (st & 1) ? v.z : v.x, w1 = (st & 1) ? v.w : v.y;  // n half 0 / 1
-        af[st][0] = dq_u8_pair<Op>(w0, 0, zf[0]);
-        af[st][1] = dq_u8_pair<Op>(w1, 0, zf[1]);
-        af[st][2] = dq_u8_pair<Op>(w0, 2, zf[0]);
-        af[st][3] = dq_u8_pair<Op>(w1, 2, zf[1]);
-      }
+    for (int st = 0; st < 8; ++st) {
+      Raw r;
+      load_unit(w_st, st / (8 / RAWN), r, (st & 3) >> 1);
+      convert(r, kb, st, af[st], true);
     }
-    const bool gdone = ic + 1 == chunk_kb || kb == nk - 1;  // this stage ends its weight group
-    if (!channel && gdone && kb + 1 < nk) {
-      const int gn = min(g + 1, p.kg - 1);
-      sn[0] = scale_of(0, gn);
-      sn[1] = scale_of(1, gn);
-      if (p.zero != nullptr) zn[0] = zero_of(0, gn), zn[1] = zero_of(1, gn);
-    }
+    preload();
     wgmma_fence();
 #pragma unroll
     for (int st = 0; st < 8; ++st) {
       const uint64_t db = smem_desc(x_st + (st >> 2) * TN * 128 + (st & 3) * 32);
-      if constexpr (channel) {
-        if (half) wgmma_ra<Op, TN, true>(acc, af[st], db, 1);
-        else wgmma_ra<Op, TN>(acc, af[st], db, 1);
+      const int sd = st == 0 ? sd0 : 1;
+      if (half) wgmma_ra<Op, TN, true>(channel ? acc : tmp, af[st], db, channel ? 1 : sd);
+      else wgmma_ra<Op, TN>(channel ? acc : tmp, af[st], db, channel ? 1 : sd);
+    }
+  };
+  const int wtile = (cw * 4 + warp) * ATOMS * UNIT;  // this warp's n16 tile in a stage
+  Raw rw;
+  if constexpr (kPrefetch) {
+    mbar_wait(&full[0], 0);
+#pragma unroll
+    for (int u = 0; u < RAWN; ++u) load_unit(sW + wtile, u, rw);
+  }
+  for (int kb = 0; kb < nk; ++kb) {
+    if constexpr (!kPrefetch) mbar_wait(&full[s], ph);
+    const uint8_t* x_st = sX + s * C::X_ST;
+    const uint8_t* w_st = sW + s * C::W_ST + wtile;
+    const bool gdone = ic + 1 == chunk_kb || kb == nk - 1;  // this stage ends its weight group
+    const auto preload = [&] {
+      if (!channel && gdone && kb + 1 < nk) {
+        const int gn = min(g + 1, p.kg - 1);
+        sn[0] = scale_of(0, gn);
+        sn[1] = scale_of(1, gn);
+        if (p.zero != nullptr) zn[0] = zero_of(0, gn), zn[1] = zero_of(1, gn);
+      }
+    };
+    const int sd0 = ic == 0 ? 0 : 1;  // a weight group's first k16 step starts its partial sums
+    if constexpr (!kInterleave) {
+      stage_mma_ff(x_st, w_st, kb, sd0, preload);
+    } else {
+      preload();
+      if (kHalfTile && half) {
+        if constexpr (kHalfTile) stage_mma(std::true_type{}, x_st, w_st, rw, kb, sd0);
       } else {
-        const int sd = (ic == 0 && st == 0) ? 0 : 1;
-        if (half) wgmma_ra<Op, TN, true>(tmp, af[st], db, sd);
-        else wgmma_ra<Op, TN>(tmp, af[st], db, sd);
+        stage_mma(std::false_type{}, x_st, w_st, rw, kb, sd0);
       }
     }
     wgmma_commit();
+    if constexpr (kPrefetch) {
+      if (kb + 1 < nk) {
+        const int s1 = s + 1 == STAGES ? 0 : s + 1;
+        mbar_wait(&full[s1], s + 1 == STAGES ? ph ^ 1u : ph);
+#pragma unroll
+        for (int u = 0; u < RAWN; ++u) load_unit(sW + s1 * C::W_ST + wtile, u, rw);
+      }
+    }
     wgmma_wait0();
     if (lane == 0) mbar_arrive(&empty[s]);
     if (++s == STAGES) { s = 0; ph ^= 1; }

@@ -880,8 +880,8 @@ __global__ void __launch_bounds__(384, wq_ctas<F, TN, CHANNEL>())
   // tiles load a stage's raw shared-memory words while the previous stage's wgmmas run (its full
   // barrier waited for there), so a stage starts on its first conversion. H200 (r5, A/B in one
   // run): fp4 / channel 128-row tiles 1.00-1.08x, int4 / W4A8 64-row tiles 1.02-1.03x; the
-  // group-scale 128-row kernels (acc + tmp + fragments: 160 of their 168 registers) 0.79-0.88x, so
-  // they load a stage's words at its start.
+  // group-scale 128-row kernels 0.79-0.88x (and 0.78-0.89x with the words loaded after their
+  // wgmmas complete, before the promotion: r7), so they load a stage's words at its start.
   constexpr bool kPrefetch = kInterleave && (channel || TN != kBM);
   // A stage's raw shared-memory words of this warp's n16 tile: unit u's 16 code bytes per lane and
   // (fp4) rows g / g + 8's block-scale words, then k16 step st's exact A fragment from them.

@@ -745,11 +745,11 @@ __global__ void __launch_bounds__(384, wq_ctas<F, TN, CHANNEL>())
   // An expert's last M-block often holds few live rows (align puts its padding after them): with
   // at most TN / 2, the consumers multiply the first TN / 2 token columns only (half the tensor
   // work; the other half's accumulators stay zero and belong to padding positions). H200
-  // (eleventh session, r5): int4 / W4A8 at M = 256-4096 1.037x geomean. Not for fp4 units on
-  // 128-row tiles: their rows measured 4-11% slower with it across machines (r4 -> r10, against
-  // 1-2% for int4 there), so those instantiations keep the code measured before it.
-  constexpr bool kHalfTile = !(FP4 && TN == kBM);
-  const bool half = kHalfTile && p.half_tail && p.sorted_ids[mb * TN + TN / 2] >= p.numel;
+  // (eleventh session, r5): int4 / W4A8 at M = 256-4096 1.037x geomean. fp4 units on 128-row tiles
+  // measured 4-11% slower with it in the eleventh session (fragments-first kernel); with the
+  // interleaved kernel 1.009x geomean over NVFP4A16 / MXFP4 / NVFP4 at M = 256-4096 (twelfth
+  // session, r8: MXFP4 up to 1.08x, NVFP4A16 0.97-1.05x), so every tile takes it.
+  const bool half = p.half_tail && p.sorted_ids[mb * TN + TN / 2] >= p.numel;
 
   const int wg = threadIdx.x >> 7, tid = threadIdx.x & 127;
   if (threadIdx.x == 0) {
@@ -1010,8 +1010,8 @@ __global__ void __launch_bounds__(384, wq_ctas<F, TN, CHANNEL>())
       stage_mma_ff(x_st, w_st, kb, sd0, preload);
     } else {
       preload();
-      if (kHalfTile && half) {
-        if constexpr (kHalfTile) stage_mma(std::true_type{}, x_st, w_st, rw, kb, sd0);
+      if (half) {
+        stage_mma(std::true_type{}, x_st, w_st, rw, kb, sd0);
       } else {
         stage_mma(std::false_type{}, x_st, w_st, rw, kb, sd0);
       }

@@ -31,7 +31,7 @@ std::optional<BenchShape> bench_shape(const std::string& s) {
 }
 
 std::string bench_scheme_names() {
-  return "bf16, int4 (W4A16 g128), int4-g32, int8 (W8A16 channel), fp8 (W8A8 channel/token), fp8-block "
+  return "bf16, int4 (W4A16 g128), int4-g32, int4-ch (W4A16 channel), int8 (W8A16 channel), fp8 (W8A8 channel/token), fp8-block "
          "(128x128 / 1x128), w8a8-int8, w4a8-int8, w4a8-fp8, nvfp4 (W4A4), nvfp4a16, mxfp4";
 }
 
@@ -41,7 +41,7 @@ std::optional<BenchScheme> bench_scheme(const std::string& n) {
   ref::SchemeSpec& s = b.spec;
   if (n == "bf16") {
     s.kind = SchemeKind::kUnquantized;
-  } else if (n == "int4" || n == "int4-g32" || n == "int8") {
+  } else if (n == "int4" || n == "int4-g32" || n == "int4-ch" || n == "int8") {
     s.kind = SchemeKind::kWNA16;
     s.bits = n == "int8" ? 8 : 4;
     s.group_size = n == "int4" ? 128 : n == "int4-g32" ? 32 : 0;

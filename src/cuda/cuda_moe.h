@@ -46,6 +46,10 @@ struct DevProj {
   // scale[(e * kg + c) * nsc + r / n_div]. kchunk = k-columns per chunk (0 = whole K).
   DevBuf scale;
   int kg = 0, kchunk = 0, nsc = 0, n_div = 1;
+  // every scale is exactly a value of the activation dtype (bf16 / fp16, as checkpoints of such
+  // models store them) and 16 x it is finite there: (u - z) x scale then rounds once in that dtype
+  // (the Hopper int4 kernel's folded group scales, Sm90Gemm::fold)
+  bool scale16 = false;
   DevBuf zero;           // asym int: fp32 zero points [E][kg][n] (original rows), else empty
   DevBuf g_idx;          // int32 [E][k] group of each input column (actorder), else empty
   DevBuf bias;           // fp32 [E][n] (original rows), else empty

@@ -145,6 +145,14 @@ bool quant_once_on() {
   return !(v != nullptr && v[0] == '0');
 }
 
+// int4 WNA16 group scales folded into the Hopper wq kernel's operands where they are exact
+// operand-dtype values (Sm90Gemm::fold, numerics.md "Products"); QMOE_CUDA_WQ_FOLD=0 keeps the
+// exact operands with fp32 promotion per group (measurements, tests; read per plan).
+bool wq_fold_on() {
+  const char* v = std::getenv("QMOE_CUDA_WQ_FOLD");
+  return !(v != nullptr && v[0] == '0');
+}
+
 // One consumer warpgroup for an expert's last 128-row M-block when it holds <= 64 live rows
 // (Sm90Gemm::half_tail); QMOE_CUDA_HALF_TAIL=0 turns it off for measurements.
 bool half_tail_on() {
@@ -251,6 +259,9 @@ struct ExpertsPlan {
   // quantized once per token into xq / xq_scale, then its codes gathered (ncu, deepseek-v3 fp8
   // M = 4096: quantizing each of the 8 slots of a token took 214 us, 72% SM-busy)
   bool quant_once = false;
+  // int4 WNA16 group scales folded into the wq kernel's operands (Sm90Gemm::fold) where a
+  // projection has scales that change along K
+  bool fold = false;
   void* xq = nullptr;
   float* xq_scale = nullptr;
 
@@ -289,6 +300,11 @@ struct ExpertsPlan {
       npost = cv.take<int32_t>(1);
       if (const int hn = align_hist_ints(static_cast<int>(numel), ex.num_experts)) hist = cv.take<int32_t>(hn);
       const size_t esz = op.bytes ? 1 : 2;
+      // not on 32-row token tiles (two CTAs, fragments-first): H200 (thirteenth session) 0.96-0.98x
+      // there, 1.05-1.12x on 64- and 128-row tiles
+      fold = op.wq && ex.fmt == WFmt::kU4 && ex.act_quant == ActQuant::kNone && bm >= 64 && wq_fold_on() &&
+             ((ex.w13.scale16 && chunk_of(ex.w13, ex.act_quant) < ex.w13.kp) ||
+              (ex.w2.scale16 && chunk_of(ex.w2, ex.act_quant) < ex.w2.kp));
       as = cv.take<char>(static_cast<size_t>(cap) * ex.w13.kp * esz);
       hs = cv.take<char>(static_cast<size_t>(cap) * ex.w2.kp * 2);
       if (op.bytes) {
@@ -516,6 +532,7 @@ void run_experts_sm90(const DevExperts& ex, const ExpertsPlan& pl, const void* x
     q.bias = pr.bias.as<float>();
     q.zero = pr.zero.as<float>();
     q.chunk = chunk_of(pr, ex.act_quant);
+    q.fold = pl.fold && pr.scale16 && q.chunk < pr.kp ? 1 : 0;
   };
   // int4 / int8 weights: the quantized-weight wgmma kernel on the prepared atoms
   auto launch = [&](const Sm90Gemm& q) {
@@ -750,7 +767,7 @@ std::string forward_kernels(const DevExperts& ex, int64_t m, int top_k) {
   if (p.routed.wg)
     return str(ex.method, " gemm1=sm90-wgmma", p.routed.bm == 128 ? "" : std::to_string(p.routed.bm),
                " gemm2=sm90-wgmma", p.routed.bm == 128 ? "" : std::to_string(p.routed.bm),
-               p.routed.quant_once ? " x-once" : "");
+               p.routed.quant_once ? " x-once" : "", p.routed.fold ? " fold" : "");
   if (p.routed.dec)
     return str(ex.method, " gemm1=", p.routed.dec90_1 ? "decode90" : "decode", p.routed.dec_r == 16 ? "r16" : "",
                "/split", p.routed.c1.splits, " gemm2=", p.routed.dec90_2 ? "decode90" : "decode",

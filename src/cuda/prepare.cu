@@ -143,6 +143,17 @@ DevBuf upload(const std::vector<V>& v) {
   return b;
 }
 
+// DevProj::scale16: every scale is exactly a value of the activation dtype and 16 x it stays
+// finite there (int4 codes minus zero points are within [-15, 15]).
+bool scales_exact16(const std::vector<float>& sc, DType act) {
+  const float big = act == DType::kF16 ? 65504.f / 16.f : 3.0e38f / 16.f;
+  for (float v : sc) {
+    const float r = act == DType::kF16 ? codec::round_f16(v) : codec::round_bf16(v);
+    if (!(r == v && std::fabs(v) <= big)) return false;
+  }
+  return true;
+}
+
 WFmt fmt_of(const ExpertWeights& w) {
   switch (w.scheme.kind) {
     case SchemeKind::kUnquantized: return WFmt::k16;
@@ -185,6 +196,7 @@ void prepare_aux(const ExpertWeights& w, const ProjWeights& pw, bool is_w13, Dev
         for (int r = 0; r < N; ++r)
           for (int g = 0; g < kg; ++g)
             sc[(static_cast<size_t>(e) * kg + g) * N + r] = to_f32(pw.scale, (static_cast<int64_t>(e) * N + r) * kg + g);
+      pr.scale16 = kind == SchemeKind::kWNA16 && scales_exact16(sc, w.act_dtype);
     }
     pr.scale = upload(sc);
     if (pw.zero_point.defined()) {
@@ -365,8 +377,10 @@ DevExperts prepare_random(const MoeScheme& scheme, int E, int H, int I, int grou
     pr.fmt = d.fmt;
     repack(tmp.ptr, bits, E, N, K, is_w13, I, pr, int8_plain && scheme.weights.symmetric);
     QMOE_CUDA_OK(cudaDeviceSynchronize());
-    // scales: small positive values, deterministic from the seed
+    // scales: small positive values, deterministic from the seed; WNA16 scales in the model dtype,
+    // as its checkpoints store them
     auto scale_val = [&](size_t i) { return 0.01f + 0.001f * static_cast<float>((i * 2654435761u + sd) % 97); };
+    const bool wna16 = scheme.kind == SchemeKind::kWNA16;
     if (scheme.kind != SchemeKind::kUnquantized) {
       const Strategy st = scheme.weights.strat();
       if (st == Strategy::kBlock) {
@@ -378,7 +392,9 @@ DevExperts prepare_random(const MoeScheme& scheme, int E, int H, int I, int grou
         pr.nsc = N; pr.kg = 1; pr.n_div = 1; pr.kchunk = 0;
       }
       std::vector<float> sc(static_cast<size_t>(E) * pr.kg * pr.nsc);
-      for (size_t i = 0; i < sc.size(); ++i) sc[i] = scale_val(i);
+      for (size_t i = 0; i < sc.size(); ++i)
+        sc[i] = !wna16 ? scale_val(i) : act == DType::kF16 ? codec::round_f16(scale_val(i)) : codec::round_bf16(scale_val(i));
+      pr.scale16 = wna16 && scales_exact16(sc, act);
       pr.scale = upload(sc);
       if (!scheme.weights.symmetric && scheme.kind == SchemeKind::kWNA16) {
         std::vector<float> z(static_cast<size_t>(E) * pr.kg * N);

@@ -51,6 +51,9 @@ struct Sm90Gemm {
   // quantized-weight kernel (launch_sm90_wq_gemm): the prepared atoms (cuda_moe.h) in `w`
   const float* zero = nullptr;      // [E][kg][n] asym zero points, null = symmetric
   int chunk = 1 << 30;              // k-columns per weight scale group (multiple of 64; 1 << 30 = channel)
+  // 1: int4 WNA16 group scales (all exact operand-dtype values: DevProj::scale16) are folded into the
+  // dequantized operands, one rounding per weight (numerics.md "Products"); 0: promoted in fp32
+  int fold = 0;
   // epilogue
   int stage = 1;                    // 1: h[pos][ldo] = act(...) (operand dtype); 2: o[slot][ldo] f32 * topk_w
   int act = 0;

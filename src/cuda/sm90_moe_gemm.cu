@@ -660,7 +660,8 @@ __global__ void __launch_bounds__(384, 1)
 // token rows from shared memory (TMA, as above). Weights arrive by bulk copies of whole atoms.
 // Numerics as the mma.sync kernels: (u - z) is an exact operand; per weight group the partials
 // (scale_d = 0 at a group's first k16) are added into fp32 with the group's scale, or (channel
-// scales) accumulated directly and scaled once at the end.
+// scales) accumulated directly and scaled once at the end. Exception: int4 WNA16 group scales that
+// are exact operand-dtype values are folded into the operand (kScFold below: one rounding per weight).
 //  * fp4 units (NVFP4 / MXFP4, moe_gemm_fp4.cu): an int4 atom's code layout followed by the 16
 //    rows' block scales; each pair becomes e2m1 * block scale * 2^c, exact in the operand dtype
 //    (fp4_ops.cuh), accumulated straight into fp32 and multiplied once by the global scale and 2^-c.
@@ -669,6 +670,18 @@ __global__ void __launch_bounds__(384, 1)
 //    e2m1 * e4m3), so every product is the reference's exact product and each group's partial an
 //    fp32 sum (numerics.md "Products"); the row's activation scale multiplies the fp32 result
 //    (W4A8: acc = sum_g part_g * s_g, y = acc * s_a; W4A4: y = acc * ((1/G) * global) * 2^-c).
+// Weight-scale modes of the kernel (template SC):
+//  * kScGroup: per weight group the partials (scale_d = 0 at a group's first k16) are added into
+//    fp32 with the group's scale ("promotion": each stage's wgmmas waited for, a second accumulator set);
+//  * kScChannel: one scale per row (channel scales, fp4 units): accumulated straight into acc;
+//  * kScFold (int4 WNA16 group scales that are exact operand-dtype values: Sm90Gemm::fold): the
+//    group's scale multiplies the exact (u - z) pair once, in the operand dtype (HMUL2: one rounding,
+//    the value an exact dequantization rounded to bf16 / fp16 has), and the products accumulate
+//    straight into acc as channel scales do (numerics.md "Products"). H200 (thirteenth session):
+//    int4 channel scales ran 1.16-1.32x faster than g128 with promotion on every anchor row at
+//    M = 256-4096; the fold costs one HMUL2 per operand pair and measured 1.05-1.12x over the
+//    promotion on 64- / 128-row tiles, 0.96-0.98x on 32-row ones (which keep the promotion).
+enum : int { kScGroup = 0, kScChannel = 1, kScFold = 2 };
 template <WFmt F> struct WqFmt;
 template <> struct WqFmt<WFmt::kU4> { static constexpr int KA = 64, UNIT = 512; };
 template <> struct WqFmt<WFmt::kU8> { static constexpr int KA = 32, UNIT = 512; };
@@ -686,24 +699,25 @@ template <WFmt F> constexpr bool kWqFp4 = F == WFmt::kNV4 || F == WFmt::kMX4;
 constexpr int kWqStages = 4;
 // Two CTAs per SM (80 registers at launch, 104 per consumer thread after setmaxnreg) where the
 // consumers fit: 32-row token tiles, and 64-row ones that accumulate straight into acc (channel
-// scales, fp4 units; a group-scale kernel's second accumulator set spills there). One CTA's fill,
+// scales, fp4 units, folded group scales; a promoting group-scale kernel's second accumulator
+// set spills there). One CTA's fill,
 // per-stage waits and epilogue then overlap the other's work; each keeps half the ring. H200
 // (eleventh session): 32-row tiles 1.34-1.45x over one CTA; 64-row fp4 tiles 1.17-1.28x, int4
 // g128 / W4A8 ones (72-88 bytes of stack) 0.86-0.89x.
-template <WFmt F, int TN, bool CH>
+template <WFmt F, int TN, int SC>
 constexpr int wq_ctas() {
-  return TN == 32 || (TN == 64 && (CH || F == WFmt::kNV4 || F == WFmt::kMX4)) ? 2 : 1;
+  return TN == 32 || (TN == 64 && (SC != kScGroup || F == WFmt::kNV4 || F == WFmt::kMX4)) ? 2 : 1;
 }
 constexpr int kWqRingBytes = 192 * 1024;
 // TN: the M-block's token rows, wgmma's N (128, or 64 / 32 where experts hold few rows: a 128-row
 // block there is mostly padding, and its tensor work and token bytes scale with TN).
-template <WFmt F, int TN = kBM, bool CH = true>
+template <WFmt F, int TN = kBM, int SC = kScChannel>
 struct WqCfg {
   static_assert(TN == 128 || TN == 64 || TN == 32, "token tiles of 128, 64 or 32 rows");
   static constexpr int ATOMS = 128 / WqFmt<F>::KA;     // atoms per n16 tile per 128-k stage
   static constexpr int X_ST = 2 * TN * 128;            // TN tokens x 128 k (bf16) as two 64-k boxes
   static constexpr int W_ST = 8 * ATOMS * WqFmt<F>::UNIT;  // 8 n16 tiles
-  static constexpr int RING = kWqRingBytes / wq_ctas<F, TN, CH>();
+  static constexpr int RING = kWqRingBytes / wq_ctas<F, TN, SC>();
   static constexpr int STAGES = TN == 128 ? kWqStages : (RING / (X_ST + W_ST) < 12 ? RING / (X_ST + W_ST) : 12);
   static constexpr int SMEM = STAGES * (X_ST + W_ST) + 2 * STAGES * 8 + 3 * TN * 4 + 1024;  // + row scales, slots, weights
 };
@@ -720,11 +734,13 @@ __device__ __forceinline__ void wgmma_ra(float (&d)[TN / 2], const uint32_t (&a)
   else bf ? wgmma_ra_n16_of32_bf16(d, a, db, scale_d) : wgmma_ra_n16_of32_f16(d, a, db, scale_d);
 }
 
-template <class Op, WFmt F, bool CHANNEL, int TN>
-__global__ void __launch_bounds__(384, wq_ctas<F, TN, CHANNEL>())
+template <class Op, WFmt F, int SC, int TN>
+__global__ void __launch_bounds__(384, wq_ctas<F, TN, SC>())
     sm90_moe_wq_kernel(const __grid_constant__ CUtensorMap tma_x, const Sm90Gemm p) {
 #if QMOE_SM90A
-  using C = WqCfg<F, TN, CHANNEL>;
+  using C = WqCfg<F, TN, SC>;
+  constexpr bool CHANNEL = SC == kScChannel, FOLD = SC == kScFold;
+  static_assert(!FOLD || F == WFmt::kU4, "folded group scales: int4 atoms");
   constexpr int NJ = TN / 8;  // n8 token groups of the accumulators
   constexpr int KA = WqFmt<F>::KA, UNIT = WqFmt<F>::UNIT, ATOMS = C::ATOMS, STAGES = C::STAGES;
   constexpr bool FP4 = kWqFp4<F>;
@@ -767,7 +783,7 @@ __global__ void __launch_bounds__(384, wq_ctas<F, TN, CHANNEL>())
   const uint8_t* wexp = static_cast<const uint8_t*>(p.w) + static_cast<size_t>(e) * ntiles16 * katoms * UNIT;
 
   if (wg == 0) {
-    if constexpr (wq_ctas<F, TN, CHANNEL>() == 2) setmaxnreg_dec<24>();  // 80 at launch: 128 x 24 + 256 x 104 <= 384 x 80
+    if constexpr (wq_ctas<F, TN, SC>() == 2) setmaxnreg_dec<24>();  // 80 at launch: 128 x 24 + 256 x 104 <= 384 x 80
     else setmaxnreg_dec<40>();
     if (tid == 0) {
       asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&tma_x)) : "memory");
@@ -792,7 +808,7 @@ __global__ void __launch_bounds__(384, wq_ctas<F, TN, CHANNEL>())
     return;
   }
 
-  if constexpr (wq_ctas<F, TN, CHANNEL>() == 2) setmaxnreg_inc<104>();
+  if constexpr (wq_ctas<F, TN, SC>() == 2) setmaxnreg_inc<104>();
   else setmaxnreg_inc<232>();
   const int cw = wg - 1, warp = tid >> 5, lane = tid & 31;
   const int tile16 = nb * 8 + cw * 4 + warp;  // this warp's n16 tile of prepared rows
@@ -821,7 +837,8 @@ __global__ void __launch_bounds__(384, wq_ctas<F, TN, CHANNEL>())
   auto scale_of = [&](int h, int g) -> float {
     return rok[h] ? __ldg(p.col_scale + (static_cast<size_t>(e) * p.kg + g) * p.nsc + orow[h]) : 0.f;
   };
-  constexpr bool channel = CHANNEL || FP4;  // one scale per row: accumulate straight into acc
+  constexpr bool grouped = !CHANNEL && !FP4;     // scales change along K (per weight group)
+  constexpr bool channel = CHANNEL || FP4 || FOLD;  // accumulate straight into acc
   // the M-block's activation scales (W4A8, W4A4), staged before the mainloop for the epilogue
   float* s_rs = reinterpret_cast<float*>(empty + STAGES);
   if (p.row_scale != nullptr && cw == 0 && tid < TN) s_rs[tid] = p.row_scale[static_cast<size_t>(mb * TN + tid) * p.rs_groups];
@@ -853,7 +870,7 @@ __global__ void __launch_bounds__(384, wq_ctas<F, TN, CHANNEL>())
       }
     }
   }
-  const int chunk_kb = channel ? nk : p.chunk / 128;  // stages per weight group (chunk % 128 == 0)
+  const int chunk_kb = grouped ? p.chunk / 128 : nk;  // stages per weight group (chunk % 128 == 0)
 
   float acc[TN / 2], tmp[TN / 2];
 #pragma unroll
@@ -865,7 +882,10 @@ __global__ void __launch_bounds__(384, wq_ctas<F, TN, CHANNEL>())
   // group's last wgmmas are issued, used after they complete (a load at the promotion itself
   // stalled the consumers ~20% of the time: ncu, mixtral-8x7b int4 g128 M = 4096)
   float sc[2] = {0.f, 0.f}, sn[2] = {0.f, 0.f}, zn[2] = {zsym, zsym};
-  if constexpr (!channel) sc[0] = scale_of(0, 0), sc[1] = scale_of(1, 0);
+  if constexpr (grouped) sc[0] = scale_of(0, 0), sc[1] = scale_of(1, 0);
+  // kScFold: the current group's scales of rows g / g + 8 as operand pairs (exact: Sm90Gemm::fold)
+  uint32_t sf[2] = {0u, 0u};
+  if constexpr (FOLD) sf[0] = Op::pack(sc[0], sc[0]), sf[1] = Op::pack(sc[1], sc[1]);
   // One stage's 8 k16 steps: step st's A fragment is dequantized, then its wgmma issued at once, so
   // the tensor pipe starts on step 0 while the warps dequantize the later steps (each step keeps its
   // own fragment registers until the stage's wait). The descriptors are the stage's base plus
@@ -875,7 +895,7 @@ __global__ void __launch_bounds__(384, wq_ctas<F, TN, CHANNEL>())
   // tensor pipe was 46% busy on mixtral-8x7b int4 g128 M = 4096 (the 16-bit tile kernel 84%).
   // Two-CTA kernels (80 registers at launch) keep the fragments-first order: interleaved, ptxas
   // serializes their wgmmas for want of registers (C7512).
-  constexpr bool kInterleave = wq_ctas<F, TN, CHANNEL>() == 1;
+  constexpr bool kInterleave = wq_ctas<F, TN, SC>() == 1;
   // Interleaved kernels that accumulate straight into acc (channel scales, fp4 units) or have 64-row
   // tiles load a stage's raw shared-memory words while the previous stage's wgmmas run (its full
   // barrier waited for there), so a stage starts on its first conversion. H200 (r5, A/B in one
@@ -936,6 +956,12 @@ __global__ void __launch_bounds__(384, wq_ctas<F, TN, CHANNEL>())
       af[1] = dq_u4_pair<Op>(w, 2, zm[1]);  // rows g + 8, k 2t..
       af[2] = dq_u4_pair<Op>(w, 1, zm[0]);  // rows g,     k 2t + 8..
       af[3] = dq_u4_pair<Op>(w, 3, zm[1]);  // rows g + 8, k 2t + 8..
+      if constexpr (FOLD) {  // (u - z) * scale, rounded once to the operand dtype
+        af[0] = Op::mul2(af[0], sf[0]);
+        af[1] = Op::mul2(af[1], sf[1]);
+        af[2] = Op::mul2(af[2], sf[0]);
+        af[3] = Op::mul2(af[3], sf[1]);
+      }
     } else {
       const uint4 v = r.v[st >> 1];
       const uint32_t w0 = (st & 1) ? v.z : v.x, w1 = (st & 1) ? v.w : v.y;  // n half 0 / 1
@@ -998,7 +1024,7 @@ __global__ void __launch_bounds__(384, wq_ctas<F, TN, CHANNEL>())
     const uint8_t* w_st = sW + s * C::W_ST + wtile;
     const bool gdone = ic + 1 == chunk_kb || kb == nk - 1;  // this stage ends its weight group
     const auto preload = [&] {
-      if (!channel && gdone && kb + 1 < nk) {
+      if (grouped && gdone && kb + 1 < nk) {
         const int gn = min(g + 1, p.kg - 1);
         sn[0] = scale_of(0, gn);
         sn[1] = scale_of(1, gn);
@@ -1030,16 +1056,19 @@ __global__ void __launch_bounds__(384, wq_ctas<F, TN, CHANNEL>())
     if (++s == STAGES) { s = 0; ph ^= 1; }
     ++ic;
     if (gdone) {  // group done: promote with its scales, move to the next group's
-      if constexpr (!channel) {
+      if constexpr (grouped) {
+        if constexpr (!FOLD) {
 #pragma unroll
-        for (int j = 0; j < NJ; ++j) {
-          acc[j * 4 + 0] += tmp[j * 4 + 0] * sc[0];
-          acc[j * 4 + 1] += tmp[j * 4 + 1] * sc[0];
-          acc[j * 4 + 2] += tmp[j * 4 + 2] * sc[1];
-          acc[j * 4 + 3] += tmp[j * 4 + 3] * sc[1];
+          for (int j = 0; j < NJ; ++j) {
+            acc[j * 4 + 0] += tmp[j * 4 + 0] * sc[0];
+            acc[j * 4 + 1] += tmp[j * 4 + 1] * sc[0];
+            acc[j * 4 + 2] += tmp[j * 4 + 2] * sc[1];
+            acc[j * 4 + 3] += tmp[j * 4 + 3] * sc[1];
+          }
         }
         sc[0] = sn[0];
         sc[1] = sn[1];
+        if constexpr (FOLD) sf[0] = Op::pack(sc[0], sc[0]), sf[1] = Op::pack(sc[1], sc[1]);
         if (p.zero != nullptr && kb + 1 < nk) set_zero(zn[0], zn[1]);
       }
       ic = 0;
@@ -1058,7 +1087,7 @@ __global__ void __launch_bounds__(384, wq_ctas<F, TN, CHANNEL>())
         acc[j * 4 + 2 + e2] *= (rs * rsc[1]) * Fp4Bits<Op>::kUnscale;
       }
   } else {
-    if constexpr (channel) {
+    if constexpr (CHANNEL) {
       const float s0 = rsc[0], s1 = rsc[1];
 #pragma unroll
       for (int j = 0; j < NJ; ++j) {
@@ -1413,10 +1442,10 @@ void launch_stream(const Sm90Gemm& p, cudaStream_t s) {
   QMOE_CUDA_LAUNCH_OK();
 }
 
-template <class Op, WFmt F, bool CH, int TN>
+template <class Op, WFmt F, int SC, int TN>
 void launch_wq_tn(const Sm90Gemm& p, cudaStream_t s) {
-  using C = WqCfg<F, TN, CH>;
-  auto kern = sm90_moe_wq_kernel<Op, F, CH, TN>;
+  using C = WqCfg<F, TN, SC>;
+  auto kern = sm90_moe_wq_kernel<Op, F, SC, TN>;
   static std::once_flag once;
   std::call_once(once, [&] { QMOE_CUDA_OK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM)); });
   const CUtensorMap mx = make_map(p.a, false, p.k, p.a_rows, static_cast<int64_t>(p.a_pitch) * 2, TN);
@@ -1425,11 +1454,11 @@ void launch_wq_tn(const Sm90Gemm& p, cudaStream_t s) {
   kern<<<dim3(static_cast<unsigned>(groups * kGroupM * ntn)), 384, C::SMEM, s>>>(mx, p);
   QMOE_CUDA_LAUNCH_OK();
 }
-template <class Op, WFmt F, bool CH>
+template <class Op, WFmt F, int SC>
 void launch_wq(const Sm90Gemm& p, cudaStream_t s) {
-  if (p.block == 32) launch_wq_tn<Op, F, CH, 32>(p, s);
-  else if (p.block == 64) launch_wq_tn<Op, F, CH, 64>(p, s);
-  else launch_wq_tn<Op, F, CH, kBM>(p, s);
+  if (p.block == 32) launch_wq_tn<Op, F, SC, 32>(p, s);
+  else if (p.block == 64) launch_wq_tn<Op, F, SC, 64>(p, s);
+  else launch_wq_tn<Op, F, SC, kBM>(p, s);
 }
 
 bool env_off() {
@@ -1474,18 +1503,21 @@ void launch_sm90_wq_gemm(bool f16, WFmt fmt, const Sm90Gemm& p, cudaStream_t s) 
   QMOE_CHECK(p.block == kBM || p.block == 64 || p.block == 32, kInternal, "sm90 wq GEMM: M-blocks of ", p.block,
              " rows (128, 64 or 32)");
   const bool ch = p.chunk >= p.kp;  // channel scales (or one group covering all of K)
+  QMOE_CHECK(!p.fold || (fmt == WFmt::kU4 && p.row_scale == nullptr), kInternal,
+             "sm90 wq GEMM: folded scales are for int4 WNA16 only");
   if (fmt == WFmt::kNV4) {  // block scales in the operands: always the channel loop
-    if (f16) launch_wq<F16, WFmt::kNV4, true>(p, s);
-    else launch_wq<BF16, WFmt::kNV4, true>(p, s);
+    if (f16) launch_wq<F16, WFmt::kNV4, kScChannel>(p, s);
+    else launch_wq<BF16, WFmt::kNV4, kScChannel>(p, s);
   } else if (fmt == WFmt::kMX4) {
-    if (f16) launch_wq<F16, WFmt::kMX4, true>(p, s);
-    else launch_wq<BF16, WFmt::kMX4, true>(p, s);
+    if (f16) launch_wq<F16, WFmt::kMX4, kScChannel>(p, s);
+    else launch_wq<BF16, WFmt::kMX4, kScChannel>(p, s);
   } else if (fmt == WFmt::kU4) {
-    if (f16) ch ? launch_wq<F16, WFmt::kU4, true>(p, s) : launch_wq<F16, WFmt::kU4, false>(p, s);
-    else ch ? launch_wq<BF16, WFmt::kU4, true>(p, s) : launch_wq<BF16, WFmt::kU4, false>(p, s);
+    if (ch) f16 ? launch_wq<F16, WFmt::kU4, kScChannel>(p, s) : launch_wq<BF16, WFmt::kU4, kScChannel>(p, s);
+    else if (p.fold) f16 ? launch_wq<F16, WFmt::kU4, kScFold>(p, s) : launch_wq<BF16, WFmt::kU4, kScFold>(p, s);
+    else f16 ? launch_wq<F16, WFmt::kU4, kScGroup>(p, s) : launch_wq<BF16, WFmt::kU4, kScGroup>(p, s);
   } else {
-    if (f16) ch ? launch_wq<F16, WFmt::kU8, true>(p, s) : launch_wq<F16, WFmt::kU8, false>(p, s);
-    else ch ? launch_wq<BF16, WFmt::kU8, true>(p, s) : launch_wq<BF16, WFmt::kU8, false>(p, s);
+    if (ch) f16 ? launch_wq<F16, WFmt::kU8, kScChannel>(p, s) : launch_wq<BF16, WFmt::kU8, kScChannel>(p, s);
+    else f16 ? launch_wq<F16, WFmt::kU8, kScGroup>(p, s) : launch_wq<BF16, WFmt::kU8, kScGroup>(p, s);
   }
 }
 

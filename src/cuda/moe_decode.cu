@@ -27,6 +27,7 @@
 
 #include "cuda/cuda_moe.h"
 #include "cuda/device_common.cuh"
+#include "cuda/env_switch.h"
 #include "cuda/fp4_ops.cuh"
 #include "cuda/moe_decode.cuh"
 #include "cuda/sm90_moe.cuh"
@@ -1061,9 +1062,7 @@ struct Dec90Plan {
 // Deepest ring (up to kStages90, or QMOE_CUDA_DECODE90_STAGES for measurements) that still lets
 // two blocks share an SM.
 int dec90_max_stages() {
-  static const int v = std::getenv("QMOE_CUDA_DECODE90_STAGES")
-                           ? std::min(kMaxStages90, std::max(2, std::atoi(std::getenv("QMOE_CUDA_DECODE90_STAGES"))))
-                           : kStages90;
+  static const int v = std::min(kMaxStages90, std::max(2, env_int("QMOE_CUDA_DECODE90_STAGES", kStages90)));
   return v;
 }
 constexpr bool dec90_two_fit(int smem) { return 2 * (smem + 1024) <= 228 * 1024; }
@@ -1120,8 +1119,8 @@ void launch_one90(int slab_kt, int max_rows, const GemmParams& p, cudaStream_t s
   const int64_t items = static_cast<int64_t>(p.max_blocks) * (p.np / kDecodeTileN);
   int64_t blocks = std::max<int64_t>(1, (o & 255) * device_sm_count() / p.splits);
   // tests force about `v` items per block on small layers (read per launch so a test can set it)
-  if (const char* v = std::getenv("QMOE_CUDA_DECODE90_TILES")) {
-    const int64_t per = std::max(1, std::atoi(v));
+  if (const int v = env_int("QMOE_CUDA_DECODE90_TILES", 0); v > 0) {
+    const int64_t per = v;
     blocks = (items + per - 1) / per;
   }
   blocks = std::min(blocks, items);
@@ -1162,8 +1161,7 @@ void launch_fmt(WFmt fmt, int mode, int slab_kt, int max_rows, const GemmParams&
 
 bool decode90_available() {
   static const bool ok = [] {
-    const char* v = std::getenv("QMOE_CUDA_DECODE90");
-    if (v != nullptr && v[0] == '0') return false;
+    if (!env_on("QMOE_CUDA_DECODE90")) return false;
     return sm90_kernel_runs(reinterpret_cast<const void*>(moe_decode90_kernel<BF16, WFmt::kU4, 1, 8>));
   }();
   return ok;
@@ -1180,14 +1178,13 @@ bool decode90_use(WFmt fmt, int mode, int chunk, int kp, int ktiles_per_split, i
   // slab's start); groups such as 48 or 96 columns do not divide a 128-column slab: the register-ring
   // kernel, which tracks chunk ends by absolute column, takes those
   if (mode == 1 && chunk < kp && (d.slab_atoms * dec_ka(fmt)) % chunk != 0) return false;
-  static const bool force = std::getenv("QMOE_CUDA_DECODE90") && std::string(std::getenv("QMOE_CUDA_DECODE90")) == "2";
+  static const bool force = env_int("QMOE_CUDA_DECODE90", 1) == 2;
   return force || dec90_two_fit(d.L.total);  // QMOE_CUDA_DECODE90=2: wherever it fits (measurements)
 }
 
 bool decode90_fit(WFmt fmt, int mode, int chunk, int kp, DecodeConfig& d, int max_rows, bool zero, int rows) {
   if (decode90_use(fmt, mode, chunk, kp, d.ktiles_per_split, d.slab_ktiles, max_rows, zero, rows)) return true;
-  static const bool refit =
-      !(std::getenv("QMOE_CUDA_DECODE90_REFIT") && std::string(std::getenv("QMOE_CUDA_DECODE90_REFIT")) == "0");
+  static const bool refit = env_on("QMOE_CUDA_DECODE90_REFIT");
   if (!refit || !decode90_available()) return false;
   const int ktiles = kp / 64;
   const int slabs = d.ktiles_per_split / d.slab_ktiles;  // slabs per split now

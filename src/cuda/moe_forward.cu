@@ -8,6 +8,7 @@
 
 #include "cuda/cuda_moe.h"
 #include "cuda/device_common.cuh"
+#include "cuda/env_switch.h"
 #include "cuda/moe_decode.cuh"
 #include "cuda/moe_gemm.cuh"
 #include "cuda/moe_kernels.cuh"
@@ -27,8 +28,7 @@ int device_sm_count() {
 
 bool pdl_enabled() {
   static const bool on = [] {
-    const char* v = std::getenv("QMOE_CUDA_PDL");
-    if (v != nullptr && v[0] == '0') return false;
+    if (!env_on("QMOE_CUDA_PDL")) return false;
     int dev = 0, major = 0;
     if (cudaGetDevice(&dev) != cudaSuccess) return false;
     if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) return false;
@@ -94,69 +94,45 @@ int mode_of(const DevProj& pr, ActQuant aq) {
 // Overrides of select_sm90's rule (config.h) for measurements: QMOE_CUDA_WGMMA_MIN_ROWS=n (the
 // Hopper path from n rows per expert), QMOE_CUDA_WG64_MAX_ROWS=v (64-row M-blocks up to v rows, 0:
 // never).
-int wgmma_min_rows_env() {  // read per plan: tests switch it
-  const char* v = std::getenv("QMOE_CUDA_WGMMA_MIN_ROWS");
-  return v != nullptr ? std::max(1, std::atoi(v)) : 0;
-}
+int wgmma_min_rows_env() { return std::max(0, env_int("QMOE_CUDA_WGMMA_MIN_ROWS", 0)); }  // read per plan: tests switch it
 int wg64_max_rows_env() {
-  static const int v = std::getenv("QMOE_CUDA_WG64_MAX_ROWS") ? std::max(0, std::atoi(std::getenv("QMOE_CUDA_WG64_MAX_ROWS"))) : -1;
+  static const int v = std::max(-1, env_int("QMOE_CUDA_WG64_MAX_ROWS", -1));
   return v;
 }
 
 // QMOE_CUDA_WQ_TN=32 / 64 / 128: the quantized-weight wgmma kernel's token tile (select_sm90;
 // measurements, tests; read per plan).
-int wq_tn_env() {
-  const char* v = std::getenv("QMOE_CUDA_WQ_TN");
-  return v == nullptr ? 0 : std::atoi(v);
-}
+int wq_tn_env() { return env_int("QMOE_CUDA_WQ_TN", 0); }
 
 // Direct routing for one token on the bulk decode kernel (no align); QMOE_CUDA_DIRECT=0 keeps align
 // (measurements; read per plan).
-bool direct_on() {
-  const char* v = std::getenv("QMOE_CUDA_DIRECT");
-  return !(v != nullptr && v[0] == '0');
-}
+bool direct_on() { return env_on("QMOE_CUDA_DIRECT"); }
 
 // The Hopper path's streaming kernel (select_sm90_stream): QMOE_CUDA_STREAM=0 / 1 never / always
 // where eligible, QMOE_CUDA_STREAM_NT=16 / 64 its M-block (read per plan: tests switch them).
-int stream_mode_env() {
-  const char* v = std::getenv("QMOE_CUDA_STREAM");
-  return v == nullptr || v[0] == 0 ? -1 : v[0] == '1' ? 1 : 0;
-}
-int stream_nt_env() {
-  const char* v = std::getenv("QMOE_CUDA_STREAM_NT");
-  return v == nullptr ? 0 : std::atoi(v);
-}
+int stream_mode_env() { return env_int("QMOE_CUDA_STREAM", -1); }
+int stream_nt_env() { return env_int("QMOE_CUDA_STREAM_NT", 0); }
 // QMOE_CUDA_STREAM_HINT=0 / 1: the streaming kernel's evict-first weight loads never / always
 // (measurements; read once: no test switches it, and run_experts_sm90 asks for every GEMM).
 int stream_hint_env() {
-  static const int v = [] {
-    const char* e = std::getenv("QMOE_CUDA_STREAM_HINT");
-    return e == nullptr ? -1 : e[0] == '1' ? 1 : 0;
-  }();
+  static const int v = env_int("QMOE_CUDA_STREAM_HINT", -1);
   return v;
 }
 
 // fp8 activations quantized once per token and then gathered as codes where the same token feeds
 // top_k > 1 slots (ExpertsPlan::quant_once); QMOE_CUDA_QUANT_ONCE=0 quantizes every slot's row
 // (measurements, tests; read per plan).
-bool quant_once_on() {
-  const char* v = std::getenv("QMOE_CUDA_QUANT_ONCE");
-  return !(v != nullptr && v[0] == '0');
-}
+bool quant_once_on() { return env_on("QMOE_CUDA_QUANT_ONCE"); }
 
 // int4 WNA16 group scales folded into the Hopper wq kernel's operands where they are exact
 // operand-dtype values (Sm90Gemm::fold, numerics.md "Products"); QMOE_CUDA_WQ_FOLD=0 keeps the
 // exact operands with fp32 promotion per group (measurements, tests; read per plan).
-bool wq_fold_on() {
-  const char* v = std::getenv("QMOE_CUDA_WQ_FOLD");
-  return !(v != nullptr && v[0] == '0');
-}
+bool wq_fold_on() { return env_on("QMOE_CUDA_WQ_FOLD"); }
 
 // One consumer warpgroup for an expert's last 128-row M-block when it holds <= 64 live rows
 // (Sm90Gemm::half_tail); QMOE_CUDA_HALF_TAIL=0 turns it off for measurements.
 bool half_tail_on() {
-  static const bool v = !(std::getenv("QMOE_CUDA_HALF_TAIL") && std::getenv("QMOE_CUDA_HALF_TAIL")[0] == '0');
+  static const bool v = env_on("QMOE_CUDA_HALF_TAIL");
   return v;
 }
 
@@ -196,9 +172,8 @@ bool sm90_eligible(const DevExperts& ex) {
 // Tuning knob for measurements: QMOE_CUDA_SPLIT_CAP1 / _CAP2 cap the K splits of GEMM1 / GEMM2
 // (unset: select_config's choice).
 int split_cap(int which) {
-  static const int caps[2] = {
-      std::getenv("QMOE_CUDA_SPLIT_CAP1") ? std::max(1, std::atoi(std::getenv("QMOE_CUDA_SPLIT_CAP1"))) : 1 << 20,
-      std::getenv("QMOE_CUDA_SPLIT_CAP2") ? std::max(1, std::atoi(std::getenv("QMOE_CUDA_SPLIT_CAP2"))) : 1 << 20};
+  static const int caps[2] = {std::max(1, env_int("QMOE_CUDA_SPLIT_CAP1", 1 << 20)),
+                              std::max(1, env_int("QMOE_CUDA_SPLIT_CAP2", 1 << 20))};
   return caps[which - 1];
 }
 
@@ -207,7 +182,7 @@ int split_cap(int which) {
 int mode_of(const DevProj& pr, ActQuant aq);
 
 bool decode_eligible(const DevExperts& ex) {
-  static const bool on = !(std::getenv("QMOE_CUDA_DECODE") && std::string(std::getenv("QMOE_CUDA_DECODE")) == "0");
+  static const bool on = env_on("QMOE_CUDA_DECODE");
   return on && decode_supports(ex.fmt, mode_of(ex.w13, ex.act_quant)) &&
          decode_supports(ex.fmt, mode_of(ex.w2, ex.act_quant));
 }
@@ -355,8 +330,7 @@ struct ExpertsPlan {
         // 16-row M-blocks and 16-bit weights run on the bulk kernel only (both GEMMs share align's
         // blocks); without it, the 16-row mma.sync tile. QMOE_CUDA_DECODE16=0 keeps 16-bit weights
         // on the tile (A/B measurements).
-        static const bool dec16 =
-            !(std::getenv("QMOE_CUDA_DECODE16") && std::string(std::getenv("QMOE_CUDA_DECODE16")) == "0");
+        static const bool dec16 = env_on("QMOE_CUDA_DECODE16");
         const bool bulk_only = dec_r > kDecodeRows || ex.fmt == WFmt::k16;
         const bool bulk_ok = dec90_1 && dec90_2 && (dec16 || ex.fmt != WFmt::k16);
         if (bulk_only && !bulk_ok) {
@@ -442,7 +416,7 @@ void fill_gemm_common(GemmParams& g, const DevProj& pr, const ExpertsPlan& pl, i
 // QMOE_CUDA_SYNC_CHECK=1 (diagnostics): after each kernel of the forward (outside stream capture)
 // waits for it and names it in the error, so an asynchronous failure points at its kernel.
 void sync_check(cudaStream_t s, const char* what) {
-  static const bool on = std::getenv("QMOE_CUDA_SYNC_CHECK") && std::getenv("QMOE_CUDA_SYNC_CHECK")[0] == '1';
+  static const bool on = env_int("QMOE_CUDA_SYNC_CHECK", 0) == 1;
   if (!on) return;
   cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
   QMOE_CUDA_OK(cudaStreamIsCapturing(s, &st));

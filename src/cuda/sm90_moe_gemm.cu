@@ -26,6 +26,7 @@
 
 #include "cuda/cuda_moe.h"
 #include "cuda/device_common.cuh"
+#include "cuda/env_switch.h"
 #include "cuda/fp4_ops.cuh"
 #include "cuda/sm90_moe.cuh"
 #include "cuda/sm90_sync.cuh"
@@ -1462,8 +1463,7 @@ void launch_wq(const Sm90Gemm& p, cudaStream_t s) {
 }
 
 bool env_off() {
-  const char* v = std::getenv("QMOE_CUDA_WGMMA");
-  return v != nullptr && v[0] == '0';
+  return !env_on("QMOE_CUDA_WGMMA");
 }
 
 }  // namespace

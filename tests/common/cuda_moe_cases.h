@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,26 @@
   } while (0)
 
 namespace qmoe::test {
+
+// Environment switches (QMOE_CUDA_*) for one scope: each set() sets a variable, and every variable
+// set through it is unset when the scope ends (the tests start from an unset environment).
+class ScopedEnv {
+ public:
+  ScopedEnv() = default;
+  ScopedEnv(const char* name, const char* value) { set(name, value); }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+  ~ScopedEnv() {
+    for (const std::string& n : names_) unsetenv(n.c_str());
+  }
+  void set(const char* name, const char* value) {
+    setenv(name, value, 1);
+    if (std::find(names_.begin(), names_.end(), name) == names_.end()) names_.emplace_back(name);
+  }
+
+ private:
+  std::vector<std::string> names_;
+};
 
 // A device copy of n host bytes (16 spare bytes, so n = 0 still gives a valid pointer).
 inline cuda::DevBuf up(const void* p, size_t n) {

@@ -174,13 +174,14 @@ TEST_P(DecodeSweep, MatchesReferenceAtSmallM) {
   // layers (its producer streams on into the next item, the next item's scales / zero points are
   // staged while the current one runs, an M-block change restages the rows); the layer above has
   // one item per block, so force about 3 (partial last walk included).
-  setenv("QMOE_CUDA_DECODE90_TILES", "3", 1);
-  for (int64_t m : {1, 3, 8}) {
-    Tensor x = test::random_tensor(w.act_dtype, {m, H}, ++seed);
-    Routing r = random_routing(m, k, E, ++seed);
-    check(ex, w, nullptr, nullptr, cfg, x, r, false, str(c.name, " 3 items per block M=", m));
+  {
+    test::ScopedEnv tiles("QMOE_CUDA_DECODE90_TILES", "3");
+    for (int64_t m : {1, 3, 8}) {
+      Tensor x = test::random_tensor(w.act_dtype, {m, H}, ++seed);
+      Routing r = random_routing(m, k, E, ++seed);
+      check(ex, w, nullptr, nullptr, cfg, x, r, false, str(c.name, " 3 items per block M=", m));
+    }
   }
-  unsetenv("QMOE_CUDA_DECODE90_TILES");
   // 5-7 rows per expert: int4 weights take 16-row M-blocks on the sm_90 bulk kernel (two n8 token
   // operands per weight fragment) wherever it runs this layer at M = 1, else (and other formats) the
   // 16-row mma.sync tile (from 8 rows the Hopper path's quantized-weight kernel: config.h
@@ -190,8 +191,9 @@ TEST_P(DecodeSweep, MatchesReferenceAtSmallM) {
   const std::string k1 = cuda::forward_kernels(ex, 1, k);
   const bool r16 = !decode_off() && ex.fmt == cuda::WFmt::kU4 && k1.find("gemm1=decode90") != std::string::npos &&
                    k1.find("gemm2=decode90") != std::string::npos;
+  test::ScopedEnv tiles;
   for (int pass = 0; pass < 2; ++pass) {
-    if (pass == 1) setenv("QMOE_CUDA_DECODE90_TILES", "3", 1);
+    if (pass == 1) tiles.set("QMOE_CUDA_DECODE90_TILES", "3");
     for (int64_t m : {16, 21, 20}) {
       const int mode = m == 20 ? 1 : 0;
       Tensor x = test::random_tensor(w.act_dtype, {m, H}, ++seed);
@@ -204,7 +206,6 @@ TEST_P(DecodeSweep, MatchesReferenceAtSmallM) {
       check(ex, w, nullptr, nullptr, cfg, x, r, false, str(c.name, " 16-row blocks pass ", pass, " M=", m), {}, false);
     }
   }
-  unsetenv("QMOE_CUDA_DECODE90_TILES");
 }
 INSTANTIATE_TEST_SUITE_P(DecodeFormats, DecodeSweep, ::testing::Range(0, static_cast<int>(decode_schemes().size())),
                          [](const auto& info) { return decode_schemes()[info.param].name; });

@@ -443,10 +443,7 @@ TEST(CudaSm90, QuantizedWeightTokenTiles) {
   add("nvfp4a16", [](auto& sp) { sp.kind = SchemeKind::kNVFP4A16; sp.group_size = 16; });
   add("nvfp4_w4a4", [](auto& sp) { sp.kind = SchemeKind::kNVFP4; sp.group_size = 16; });
   add("mxfp4a16", [](auto& sp) { sp.kind = SchemeKind::kMXFP4A16; sp.group_size = 32; });
-  struct Env {
-    Env() { setenv("QMOE_CUDA_WGMMA_MIN_ROWS", "1", 1); }
-    ~Env() { unsetenv("QMOE_CUDA_WGMMA_MIN_ROWS"); unsetenv("QMOE_CUDA_WQ_TN"); }
-  } env;
+  test::ScopedEnv env("QMOE_CUDA_WGMMA_MIN_ROWS", "1");
   const int E = 6, H = 392, I = 232;
   for (size_t ci = 0; ci < cases.size(); ++ci) {
     const Case& c = cases[ci];
@@ -460,7 +457,7 @@ TEST(CudaSm90, QuantizedWeightTokenTiles) {
                                                                            : tol_for(w, kern);
     };
     for (const char* tn : {"32", "64"}) {
-      setenv("QMOE_CUDA_WQ_TN", tn, 1);
+      env.set("QMOE_CUDA_WQ_TN", tn);
       for (int mode : {0, 2}) {  // 2: expert 3 gets no token
         for (int64_t m : {9, 40, 70}) {  // top-3 of 6 experts: 4.5 / 20 / 35 rows per expert
           const std::string kern = cuda::forward_kernels(ex, m, 3);
@@ -513,16 +510,16 @@ TEST(CudaSm90, FoldedGroupScales) {
     const bool exact16 = c.spec.scale_dtype != DType::kF32;
     EXPECT_EQ(ex.w13.scale16, exact16) << c.name;
     std::optional<ExpertWeights> rounded;
+    test::ScopedEnv env("QMOE_CUDA_WGMMA_MIN_ROWS", "1");
     for (const std::string tn : {"128", "64", "32"}) {
-      setenv("QMOE_CUDA_WQ_TN", tn.c_str(), 1);
-      setenv("QMOE_CUDA_WGMMA_MIN_ROWS", "1", 1);
+      env.set("QMOE_CUDA_WQ_TN", tn.c_str());
       for (int mode : {0, 2}) {  // 2: expert 3 gets no token
         const int64_t m = 700;
         Tensor x = test::random_tensor(w.act_dtype, {m, H}, 1210 + mode);
         Routing r = random_routing(m, 2, E, 1220 + mode, mode);
         Tensor want = ref::reference_forward_routed(w, config(E, 2), nullptr, x, r.w, r.ids);
         for (const char* fold : {"1", "0"}) {
-          setenv("QMOE_CUDA_WQ_FOLD", fold, 1);
+          env.set("QMOE_CUDA_WQ_FOLD", fold);
           const std::string kern = cuda::forward_kernels(ex, m, 2);
           const std::string what = str(c.name, " TN ", tn, " mode ", mode, " (", kern, ")");
           ASSERT_NE(kern.find(str("gemm1=sm90-wgmma", tn == "128" ? " " : tn)), std::string::npos) << what;
@@ -531,9 +528,6 @@ TEST(CudaSm90, FoldedGroupScales) {
         }
       }
     }
-    unsetenv("QMOE_CUDA_WQ_FOLD");
-    unsetenv("QMOE_CUDA_WQ_TN");
-    unsetenv("QMOE_CUDA_WGMMA_MIN_ROWS");
   }
 }
 
@@ -594,10 +588,7 @@ TEST(CudaSm90, StreamKernelMatchesReference) {
   add("bf16_bias", [](auto& sp) { sp.bias = true; });
   add("fp8_channel_token_bias", [](auto& sp) {
     sp.kind = SchemeKind::kFP8W8A8; sp.fp8_strategy = Strategy::kChannel; sp.act = ActQuant::kFP8Token; sp.bias = true; });
-  struct Env {
-    Env() { setenv("QMOE_CUDA_STREAM", "1", 1); }
-    ~Env() { unsetenv("QMOE_CUDA_STREAM"); unsetenv("QMOE_CUDA_STREAM_NT"); }
-  } env;
+  test::ScopedEnv env("QMOE_CUDA_STREAM", "1");
   const int E = 5, H = 392, I = 104;
   for (size_t ci = 0; ci < cases.size(); ++ci) {
     const Case& c = cases[ci];
@@ -606,7 +597,7 @@ TEST(CudaSm90, StreamKernelMatchesReference) {
     cuda::DevExperts ex = cuda::prepare(w, act);
     const Tol tol = tol_for(w, "sm90");
     for (const char* nt : {"16", "64"}) {
-      setenv("QMOE_CUDA_STREAM_NT", nt, 1);
+      env.set("QMOE_CUDA_STREAM_NT", nt);
       for (int mode : {0, 2}) {  // 2: expert 3 gets no token
         for (int64_t m : {60, 333}) {  // 24 / 134 rows per expert
           const std::string kern = cuda::forward_kernels(ex, m, 2);
@@ -637,7 +628,7 @@ TEST(CudaSm90, StreamKernelMatchesReference) {
       ExpertWeights w = make_weights(fp8 ? sp : ref::SchemeSpec{}, 9, 1000, 600, 740 + fp8);
       cuda::DevExperts ex = cuda::prepare(w, Activation::kSiluMul);
       for (const char* nt : {"16", "64"}) {
-        setenv("QMOE_CUDA_STREAM_NT", nt, 1);
+        env.set("QMOE_CUDA_STREAM_NT", nt);
         const int64_t m = 77;  // 26 rows per expert
         const std::string kern = cuda::forward_kernels(ex, m, 3);
         ASSERT_NE(kern.find("sm90-stream"), std::string::npos) << kern;
@@ -677,11 +668,10 @@ TEST(CudaSm90, OneTokenDecodeWithoutAlign) {
       Tensor want = ref::reference_forward_routed(w, config(E, k), nullptr, x, r.w, r.ids);
       const Tol tol = tol_for(w, kern);
       expect_close(run_device(ex, nullptr, x, r, false), want, tol, str(c.name, " top-", k, " direct"));
-      setenv("QMOE_CUDA_DIRECT", "0", 1);
+      test::ScopedEnv with_align("QMOE_CUDA_DIRECT", "0");
       const std::string kern0 = cuda::forward_kernels(ex, 1, k);
       EXPECT_EQ(kern0.find("direct"), std::string::npos) << kern0;
       expect_close(run_device(ex, nullptr, x, r, false), want, tol, str(c.name, " top-", k, " with align"));
-      unsetenv("QMOE_CUDA_DIRECT");
     }
     // expert parallelism: 48 global experts, the 40 local ones are the global ids not divisible by 6
     std::vector<int32_t> emap(48, -1);
@@ -885,7 +875,8 @@ TEST(CudaSm90, QuantOnceLayerIsBitIdentical) {
     cuda::DevExperts ex = cuda::prepare(w, Activation::kSiluMul);
     for (const char* stream : {"", "1"}) {
       if (stream[0] != 0 && ci == 1) continue;  // 1x128 groups do not stream (K-varying scales)
-      if (stream[0] != 0) setenv("QMOE_CUDA_STREAM", stream, 1);
+      test::ScopedEnv env;
+      if (stream[0] != 0) env.set("QMOE_CUDA_STREAM", stream);
       for (int64_t m : {50, 333, 1200}) {
         const std::string kern = cuda::forward_kernels(ex, m, 3);
         ASSERT_NE(kern.find("sm90"), std::string::npos) << c.name << " M=" << m << " ran " << kern;
@@ -893,18 +884,19 @@ TEST(CudaSm90, QuantOnceLayerIsBitIdentical) {
         Tensor x = test::random_tensor(w.act_dtype, {m, H}, 970 + m);
         Routing r = random_routing(m, 3, E, 971 + m);
         const Tensor once = run_device(ex, nullptr, x, r, false);
-        setenv("QMOE_CUDA_QUANT_ONCE", "0", 1);
-        const std::string kern0 = cuda::forward_kernels(ex, m, 3);
-        EXPECT_EQ(kern0.find("x-once"), std::string::npos) << kern0;
-        const Tensor per_slot = run_device(ex, nullptr, x, r, false);
-        unsetenv("QMOE_CUDA_QUANT_ONCE");
+        Tensor per_slot;
+        {
+          test::ScopedEnv per_slot_env("QMOE_CUDA_QUANT_ONCE", "0");
+          const std::string kern0 = cuda::forward_kernels(ex, m, 3);
+          EXPECT_EQ(kern0.find("x-once"), std::string::npos) << kern0;
+          per_slot = run_device(ex, nullptr, x, r, false);
+        }
         ASSERT_EQ(once.nbytes(), per_slot.nbytes());
         EXPECT_EQ(std::memcmp(once.raw(), per_slot.raw(), once.nbytes()), 0)
             << c.name << " M=" << m << " (" << kern << "): quantized once differs from per slot";
         Tensor want = ref::reference_forward_routed(w, config(E, 3), nullptr, x, r.w, r.ids);
         expect_close(once, want, tol_for(w, "sm90"), str(c.name, " M=", m, " (", kern, ")"));
       }
-      unsetenv("QMOE_CUDA_STREAM");
     }
     EXPECT_EQ(cuda::forward_kernels(ex, 333, 1).find("x-once"), std::string::npos) << "top-1 has nothing to share";
   }

@@ -94,7 +94,8 @@ int mode_of(const DevProj& pr, ActQuant aq) {
 // Overrides of select_sm90's rule (config.h) for measurements: QMOE_CUDA_WGMMA_MIN_ROWS=n (the
 // Hopper path from n rows per expert), QMOE_CUDA_WG64_MAX_ROWS=v (64-row M-blocks up to v rows, 0:
 // never).
-int wgmma_min_rows_env() { return std::max(0, env_int("QMOE_CUDA_WGMMA_MIN_ROWS", 0)); }  // read per plan: tests switch it
+// (read per plan: tests switch it)
+int wgmma_min_rows_env() { return std::max(0, env_int("QMOE_CUDA_WGMMA_MIN_ROWS", 0)); }
 int wg64_max_rows_env() {
   static const int v = std::max(-1, env_int("QMOE_CUDA_WG64_MAX_ROWS", -1));
   return v;

@@ -393,7 +393,9 @@ DevExperts prepare_random(const MoeScheme& scheme, int E, int H, int I, int grou
       }
       std::vector<float> sc(static_cast<size_t>(E) * pr.kg * pr.nsc);
       for (size_t i = 0; i < sc.size(); ++i)
-        sc[i] = !wna16 ? scale_val(i) : act == DType::kF16 ? codec::round_f16(scale_val(i)) : codec::round_bf16(scale_val(i));
+        sc[i] = !wna16                ? scale_val(i)
+                : act == DType::kF16 ? codec::round_f16(scale_val(i))
+                                     : codec::round_bf16(scale_val(i));
       pr.scale16 = wna16 && scales_exact16(sc, act);
       pr.scale = upload(sc);
       if (!scheme.weights.symmetric && scheme.kind == SchemeKind::kWNA16) {

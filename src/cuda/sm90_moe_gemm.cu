@@ -659,10 +659,9 @@ __global__ void __launch_bounds__(384, 1)
 // warp dequantizes its own n16 atom into the A fragment: the atom's per-lane words are exactly the
 // m16n8k16 fragment values of 16 rows x 16 k, in another register order) and B = the M-block's 128
 // token rows from shared memory (TMA, as above). Weights arrive by bulk copies of whole atoms.
-// Numerics as the mma.sync kernels: (u - z) is an exact operand; per weight group the partials
-// (scale_d = 0 at a group's first k16) are added into fp32 with the group's scale, or (channel
-// scales) accumulated directly and scaled once at the end. Exception: int4 WNA16 group scales that
-// are exact operand-dtype values are folded into the operand (kScFold below: one rounding per weight).
+// Numerics as the mma.sync kernels: (u - z) is an exact operand, scaled as the weight-scale modes
+// below say; the one exception is kScFold (int4 WNA16 group scales that are exact operand-dtype
+// values, folded into the operand: one rounding per weight).
 //  * fp4 units (NVFP4 / MXFP4, moe_gemm_fp4.cu): an int4 atom's code layout followed by the 16
 //    rows' block scales; each pair becomes e2m1 * block scale * 2^c, exact in the operand dtype
 //    (fp4_ops.cuh), accumulated straight into fp32 and multiplied once by the global scale and 2^-c.
@@ -700,11 +699,11 @@ template <WFmt F> constexpr bool kWqFp4 = F == WFmt::kNV4 || F == WFmt::kMX4;
 constexpr int kWqStages = 4;
 // Two CTAs per SM (80 registers at launch, 104 per consumer thread after setmaxnreg) where the
 // consumers fit: 32-row token tiles, and 64-row ones that accumulate straight into acc (channel
-// scales, fp4 units, folded group scales; a promoting group-scale kernel's second accumulator
-// set spills there). One CTA's fill,
-// per-stage waits and epilogue then overlap the other's work; each keeps half the ring. H200
-// (eleventh session): 32-row tiles 1.34-1.45x over one CTA; 64-row fp4 tiles 1.17-1.28x, int4
-// g128 / W4A8 ones (72-88 bytes of stack) 0.86-0.89x.
+// scales, fp4 units, folded group scales; a promoting kernel's second accumulator set spills
+// there). One CTA's fill, per-stage waits and epilogue then overlap the other's work; each keeps
+// half the ring. H200 (eleventh session): 32-row tiles 1.34-1.45x over one CTA; 64-row fp4 tiles
+// 1.17-1.28x, int4 g128 / W4A8 ones (72-88 bytes of stack) 0.86-0.89x; thirteenth session (r5):
+// one interleaved CTA instead of two for 64-row fp4 / folded tiles 0.91-0.95x.
 template <WFmt F, int TN, int SC>
 constexpr int wq_ctas() {
   return TN == 32 || (TN == 64 && (SC != kScGroup || F == WFmt::kNV4 || F == WFmt::kMX4)) ? 2 : 1;
@@ -897,8 +896,8 @@ __global__ void __launch_bounds__(384, wq_ctas<F, TN, SC>())
   // Two-CTA kernels (80 registers at launch) keep the fragments-first order: interleaved, ptxas
   // serializes their wgmmas for want of registers (C7512).
   constexpr bool kInterleave = wq_ctas<F, TN, SC>() == 1;
-  // Interleaved kernels that accumulate straight into acc (channel scales, fp4 units) or have 64-row
-  // tiles load a stage's raw shared-memory words while the previous stage's wgmmas run (its full
+  // Interleaved kernels that accumulate straight into acc (channel or folded scales, fp4 units) or
+  // have 64-row tiles load a stage's raw shared-memory words while the previous stage's wgmmas run (its full
   // barrier waited for there), so a stage starts on its first conversion. H200 (r5, A/B in one
   // run): fp4 / channel 128-row tiles 1.00-1.08x, int4 / W4A8 64-row tiles 1.02-1.03x; the
   // group-scale 128-row kernels 0.79-0.88x (and 0.78-0.89x with the words loaded after their

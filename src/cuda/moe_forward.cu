@@ -129,6 +129,10 @@ bool quant_once_on() { return env_on("QMOE_CUDA_QUANT_ONCE"); }
 // operand-dtype values (Sm90Gemm::fold, numerics.md "Products"); QMOE_CUDA_WQ_FOLD=0 keeps the
 // exact operands with fp32 promotion per group (measurements, tests; read per plan).
 bool wq_fold_on() { return env_on("QMOE_CUDA_WQ_FOLD"); }
+// Whether projection pr's scales fold: exact operand-dtype values that change along K.
+bool proj_folds(const DevExperts& ex, const DevProj& pr) {
+  return pr.scale16 && chunk_of(pr, ex.act_quant) < pr.kp;
+}
 
 // One consumer warpgroup for an expert's last 128-row M-block when it holds <= 64 live rows
 // (Sm90Gemm::half_tail); QMOE_CUDA_HALF_TAIL=0 turns it off for measurements.
@@ -279,8 +283,7 @@ struct ExpertsPlan {
       // not on 32-row token tiles (two CTAs, fragments-first): H200 (thirteenth session) 0.96-0.98x
       // there, 1.05-1.12x on 64- and 128-row tiles
       fold = op.wq && ex.fmt == WFmt::kU4 && ex.act_quant == ActQuant::kNone && bm >= 64 && wq_fold_on() &&
-             ((ex.w13.scale16 && chunk_of(ex.w13, ex.act_quant) < ex.w13.kp) ||
-              (ex.w2.scale16 && chunk_of(ex.w2, ex.act_quant) < ex.w2.kp));
+             (proj_folds(ex, ex.w13) || proj_folds(ex, ex.w2));
       as = cv.take<char>(static_cast<size_t>(cap) * ex.w13.kp * esz);
       hs = cv.take<char>(static_cast<size_t>(cap) * ex.w2.kp * 2);
       if (op.bytes) {
@@ -507,7 +510,7 @@ void run_experts_sm90(const DevExperts& ex, const ExpertsPlan& pl, const void* x
     q.bias = pr.bias.as<float>();
     q.zero = pr.zero.as<float>();
     q.chunk = chunk_of(pr, ex.act_quant);
-    q.fold = pl.fold && pr.scale16 && q.chunk < pr.kp ? 1 : 0;
+    q.fold = pl.fold && proj_folds(ex, pr) ? 1 : 0;
   };
   // int4 / int8 weights: the quantized-weight wgmma kernel on the prepared atoms
   auto launch = [&](const Sm90Gemm& q) {

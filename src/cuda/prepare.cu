@@ -143,14 +143,15 @@ DevBuf upload(const std::vector<V>& v) {
   return b;
 }
 
+// v rounded to the activation dtype (bf16 / fp16).
+float round_act(DType act, float v) { return act == DType::kF16 ? codec::round_f16(v) : codec::round_bf16(v); }
+
 // DevProj::scale16: every scale is exactly a value of the activation dtype and 16 x it stays
 // finite there (int4 codes minus zero points are within [-15, 15]).
 bool scales_exact16(const std::vector<float>& sc, DType act) {
   const float big = act == DType::kF16 ? 65504.f / 16.f : 3.0e38f / 16.f;
-  for (float v : sc) {
-    const float r = act == DType::kF16 ? codec::round_f16(v) : codec::round_bf16(v);
-    if (!(r == v && std::fabs(v) <= big)) return false;
-  }
+  for (float v : sc)
+    if (!(round_act(act, v) == v && std::fabs(v) <= big)) return false;
   return true;
 }
 
@@ -393,9 +394,7 @@ DevExperts prepare_random(const MoeScheme& scheme, int E, int H, int I, int grou
       }
       std::vector<float> sc(static_cast<size_t>(E) * pr.kg * pr.nsc);
       for (size_t i = 0; i < sc.size(); ++i)
-        sc[i] = !wna16                ? scale_val(i)
-                : act == DType::kF16 ? codec::round_f16(scale_val(i))
-                                     : codec::round_bf16(scale_val(i));
+        sc[i] = wna16 ? round_act(act, scale_val(i)) : scale_val(i);
       pr.scale16 = wna16 && scales_exact16(sc, act);
       pr.scale = upload(sc);
       if (!scheme.weights.symmetric && scheme.kind == SchemeKind::kWNA16) {

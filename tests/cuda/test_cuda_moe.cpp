@@ -71,10 +71,16 @@ struct Tol {
 // ~0.075 rms(y) per flip at I = 200. Measured on the H200: up to ~0.2 rms(y) (two or three flips
 // in one output) in 1-60 of 0.1-3 M outputs, NMSE 1.1-2.0e-5 -> atol = 2^-2 * rms(y), the
 // whole-output NMSE bound unchanged (1e-4).
+// Activation-quantizing backend II schemes: exact products, so only a flipped code of the
+// re-quantized h moves an output, as backend II's tolerance (tests/cuda/test_cuda_q.cpp): int8 /
+// fp8 values (INT8 W8A8, W4A8) 2^-5 rms, NVFP4 W4A4 (an e2m1 step) 2^-3 rms, NMSE 1e-4; A16 fp4
+// (exact operands, fp32 sums) as the other exact paths.
 Tol tol_for(const ExpertWeights& w, const std::string& kernels = "") {
   Tol t;
-  if (w.scheme.kind == SchemeKind::kFP8W8A8)
-    t = {std::ldexp(1.0, kernels.find("sm90") != std::string::npos ? -2 : -4), 1e-4};
+  const SchemeKind k = w.scheme.kind;
+  if (k == SchemeKind::kFP8W8A8) t = {std::ldexp(1.0, kernels.find("sm90") != std::string::npos ? -2 : -4), 1e-4};
+  if (k == SchemeKind::kINT8W8A8 || k == SchemeKind::kW4A8FP8 || k == SchemeKind::kW4A8INT8) t = {std::ldexp(1.0, -5), 1e-4};
+  if (k == SchemeKind::kNVFP4) t = {std::ldexp(1.0, -3), 1e-4};
   return t;
 }
 
@@ -384,21 +390,11 @@ TEST(CudaSm90, PrefillPathIsTakenAndMatchesReference) {
     if (b64) ms.insert(ms.begin(), 60);
     if (kind == SchemeKind::kUnquantized || kind == SchemeKind::kFP8W8A8 || kind == SchemeKind::kINT8W8A8)
       ASSERT_NE(ex.w13.wp.ptr, nullptr) << c.name << ": no plain weight copy for the Hopper path";
-    // Activation-quantizing backend II schemes: exact products, so only a flipped code of the
-    // re-quantized h moves an output, as backend II's tolerance (tests/cuda/test_cuda_q.cpp):
-    // int8 / fp8 values (INT8 W8A8, W4A8) 2^-5 rms, NVFP4 W4A4 (an e2m1 step) 2^-3 rms, NMSE 1e-4;
-    // A16 fp4 (exact operands, fp32 sums) as the other exact paths.
     std::optional<ExpertWeights> rounded;
-    const auto tol_of = [&](const std::string& kern) {
-      return kind == SchemeKind::kINT8W8A8 || kind == SchemeKind::kW4A8FP8 || kind == SchemeKind::kW4A8INT8
-                 ? Tol{std::ldexp(1.0, -5), 1e-4}
-             : kind == SchemeKind::kNVFP4 ? Tol{std::ldexp(1.0, -3), 1e-4}
-                                          : tol_for(w, kern);
-    };
     for (int mode : {0, 2}) {  // 2: expert 3 gets no token
       for (int64_t m : ms) {
         const std::string kern = cuda::forward_kernels(ex, m, 2);
-        const Tol tol = tol_of(kern);
+        const Tol tol = tol_for(w, kern);
         ASSERT_NE(kern.find("sm90"), std::string::npos) << c.name << " M=" << m << " ran " << kern;
         ASSERT_EQ(kern.find("wgmma64") != std::string::npos, m == 60) << c.name << " M=" << m << " ran " << kern;
         Tensor x = test::random_tensor(w.act_dtype, {m, H}, 310 + m + mode);
@@ -418,7 +414,7 @@ TEST(CudaSm90, PrefillPathIsTakenAndMatchesReference) {
       cfg.expert_map = emap;
       Tensor want = ref::reference_forward_routed(w, cfg, nullptr, x, r.w, r.ids);
       const std::string kern = cuda::forward_kernels(ex, m, 2);
-      expect_reference(run_device(ex, nullptr, x, r, false, emap), want, w, cfg, x, r, kern, tol_of(kern),
+      expect_reference(run_device(ex, nullptr, x, r, false, emap), want, w, cfg, x, r, kern, tol_for(w, kern),
                        str(c.name, " EP M=", m, " (", kern, ")"), rounded);
     }
   }
@@ -449,13 +445,7 @@ TEST(CudaSm90, QuantizedWeightTokenTiles) {
     const Case& c = cases[ci];
     ExpertWeights w = make_weights(c.spec, E, H, I, 1100 + static_cast<int>(ci));
     cuda::DevExperts ex = cuda::prepare(w, Activation::kSiluMul);
-    const SchemeKind kind = w.scheme.kind;
     std::optional<ExpertWeights> rounded;
-    const auto tol_of = [&](const std::string& kern) {
-      return kind == SchemeKind::kW4A8FP8 || kind == SchemeKind::kW4A8INT8 ? Tol{std::ldexp(1.0, -5), 1e-4}
-             : kind == SchemeKind::kNVFP4                                  ? Tol{std::ldexp(1.0, -3), 1e-4}
-                                                                           : tol_for(w, kern);
-    };
     for (const char* tn : {"32", "64"}) {
       env.set("QMOE_CUDA_WQ_TN", tn);
       for (int mode : {0, 2}) {  // 2: expert 3 gets no token
@@ -465,7 +455,7 @@ TEST(CudaSm90, QuantizedWeightTokenTiles) {
           Tensor x = test::random_tensor(w.act_dtype, {m, H}, 1110 + m + mode);
           Routing r = random_routing(m, 3, E, 1120 + m + mode, mode);
           Tensor want = ref::reference_forward_routed(w, config(E, 3), nullptr, x, r.w, r.ids);
-          expect_reference(run_device(ex, nullptr, x, r, false), want, w, config(E, 3), x, r, kern, tol_of(kern),
+          expect_reference(run_device(ex, nullptr, x, r, false), want, w, config(E, 3), x, r, kern, tol_for(w, kern),
                            str(c.name, " TN ", tn, " mode ", mode, " M=", m, " (", kern, ")"), rounded);
         }
       }
@@ -477,7 +467,7 @@ TEST(CudaSm90, QuantizedWeightTokenTiles) {
       cfg.expert_map = emap;
       Tensor want = ref::reference_forward_routed(w, cfg, nullptr, x, r.w, r.ids);
       const std::string kern = cuda::forward_kernels(ex, m, 3);
-      expect_reference(run_device(ex, nullptr, x, r, false, emap), want, w, cfg, x, r, kern, tol_of(kern),
+      expect_reference(run_device(ex, nullptr, x, r, false, emap), want, w, cfg, x, r, kern, tol_for(w, kern),
                        str(c.name, " TN ", tn, " EP M=", m, " (", kern, ")"), rounded);
     }
   }
@@ -568,7 +558,7 @@ TEST(CudaSm90, TailBlocksAtTheOneWarpgroupBoundary) {
     // 85 expected rows per expert: 128-row M-blocks on the Hopper path
     ASSERT_NE(kern.find("sm90-wgmma"), std::string::npos) << c.name << " ran " << kern;
     ASSERT_EQ(kern.find("wgmma64"), std::string::npos) << c.name << " ran " << kern;
-    const Tol tol = w.scheme.kind == SchemeKind::kINT8W8A8 ? Tol{std::ldexp(1.0, -5), 1e-4} : tol_for(w, "sm90");
+    const Tol tol = tol_for(w, "sm90");
     Tensor x = test::random_tensor(w.act_dtype, {m, H}, 510 + ci);
     Tensor want = ref::reference_forward_routed(w, config(E, 1), nullptr, x, r.w, r.ids);
     expect_close(run_device(ex, nullptr, x, r, false), want, tol, str(c.name, " (", kern, ")"));

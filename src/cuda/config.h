@@ -88,6 +88,9 @@ constexpr int kDecodeMaxRows16 = 16;  // ... and up to which 16-row M-blocks run
 constexpr int kDecodeTileN = 32;      // output columns per block (2 n16 atom columns)
 constexpr int kDecodeWarps = 8;       // warps per block (K split over them)
 constexpr int kDecodeMaxK = 4096;     // k-columns of A one block stages (8 rows x 4096 x 2 B = 64 KiB)
+// ... where each M-block holds one row (one token without align: moe_forward.cu's direct routing,
+// GEMM1): the same bytes of staged rows hold 8x the K, so no K split is needed for staging up to 32768
+constexpr int kDecodeMaxK1 = kDecodeMaxK * 8;
 
 struct DecodeConfig {
   bool use = false;
@@ -107,10 +110,11 @@ inline int decode_slab_ktiles(int chunk, int k) {
 }
 
 // Decode runs when the expected rows per touched expert are <= kDecodeMaxRows. K splits over the
-// grid only when one block's K range would exceed kDecodeMaxK, or when the grid would put less
-// than ~2 blocks on each SM and every split keeps >= 8 k-tiles (GEMM2-like shapes; GEMM1 pays an
-// extra memset + act_finish launch for a split, so splitting for fill is left to `fill_splits`).
-inline DecodeConfig select_decode(const GemmProblem& p, bool fill_splits) {
+// grid only when one block's K range would exceed max_k (kDecodeMaxK; kDecodeMaxK1 where every
+// M-block holds one row), or when the grid would put less than ~2 blocks on each SM and every
+// split keeps >= 8 k-tiles (GEMM2-like shapes; GEMM1 pays an extra memset + act_finish launch
+// for a split, so splitting for fill is left to `fill_splits`).
+inline DecodeConfig select_decode(const GemmProblem& p, bool fill_splits, int max_k = kDecodeMaxK) {
   DecodeConfig c;
   const int64_t slots = p.m * p.top_k;
   const int64_t touched = slots < p.num_experts ? slots : p.num_experts;
@@ -131,7 +135,7 @@ inline DecodeConfig select_decode(const GemmProblem& p, bool fill_splits) {
   const int slabs = (ktiles + c.slab_ktiles - 1) / c.slab_ktiles;
   auto kps = [&](int s) { return (slabs + s - 1) / s * c.slab_ktiles; };  // k-tiles per split
   int s = 1;
-  while (kps(s) * 64 > kDecodeMaxK && s < slabs) ++s;
+  while (kps(s) * 64 > max_k && s < slabs) ++s;
   if (fill_splits) {
     const int64_t mblocks = touched * ((rows_per_expert + c.rows - 1) / c.rows);
     const int64_t blocks = mblocks * ((p.n + kDecodeTileN - 1) / kDecodeTileN);

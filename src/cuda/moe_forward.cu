@@ -215,8 +215,9 @@ struct ExpertsPlan {
   int dec_r = kDecodeRows;                // decode M-block rows (8, or 16 on the sm_90 bulk kernel)
   // one token on the bulk kernel: no align, M-block b is slot b (GemmParams::direct_ids)
   bool direct = false;
-  // bound on the valid rows of one decode M-block: each valid row is a distinct slot
-  int dec_rows() const { return static_cast<int>(std::min<int64_t>(dec_r, numel)); }
+  // bound on the valid rows of one decode M-block: each valid row is a distinct slot (direct
+  // routing: M-block b is slot b alone)
+  int dec_rows() const { return direct ? 1 : static_cast<int>(std::min<int64_t>(dec_r, numel)); }
   int bm = 16, cap = 0;
   bool prep_a = false, slot_rows = false;
   int32_t *sorted = nullptr, *eids = nullptr, *npost = nullptr, *hist = nullptr;
@@ -324,13 +325,37 @@ struct ExpertsPlan {
       if (dec) {
         dec_r = d1.rows;
         const int mo1 = mode_of(ex.w13, ex.act_quant), mo2 = mode_of(ex.w2, ex.act_quant);
+        // One token on the bulk kernel (direct routing below): each M-block stages one row, so
+        // GEMM1's K needs no split for staging (a GEMM1 split costs a memset, partial sums and
+        // act_finish; llama4-scout / deepseek-v3 at M = 1, K = 5120 / 7168, split it in two for
+        // the staging of 8 rows). H200 (fourteenth session, r5): their M = 1 rows 1.03-1.14x on
+        // every scheme but fp8 / bf16 llama4-scout (1.00). GEMM2 keeps its splits (atomics into o,
+        // no extra launch): with GEMM2 under the same cap mixtral-8x7b's K = 14336 went from 4 to 2
+        // splits and its bf16 / fp8 rows measured 0.96-0.97x.
+        bool one_row = false;
+        if (m == 1 && dec_r == kDecodeRows && numel <= kDirectMaxSlots && direct_on()) {
+          DecodeConfig e1 = select_decode({m, top_k, ex.num_experts, ex.w13.np, ex.hidden, ex.fmt, sms,
+                                           chunk_of(ex.w13, ex.act_quant)}, false, kDecodeMaxK1);
+          DecodeConfig e2 = d2;
+          one_row = decode90_fit(ex.fmt, mo1, chunk_of(ex.w13, ex.act_quant), ex.w13.kp, e1, 1,
+                                 ex.w13.zero.ptr != nullptr, dec_r) &&
+                    decode90_fit(ex.fmt, mo2, chunk_of(ex.w2, ex.act_quant), ex.w2.kp, e2, 1,
+                                 ex.w2.zero.ptr != nullptr, dec_r);
+          if (one_row) {
+            d1 = e1;
+            d2 = e2;
+            dec90_1 = dec90_2 = true;
+          }
+        }
         // the bulk kernel where it fits, if need be with K split further (measured on the H200:
         // mixtral-8x7b M = 16 GEMM1 on the register-ring kernel streamed at 29% of DRAM bandwidth,
         // the bulk kernel elsewhere at 45-50%; a GEMM1 split costs a memset and act_finish)
-        dec90_1 = decode90_fit(ex.fmt, mo1, chunk_of(ex.w13, ex.act_quant), ex.w13.kp, d1, dec_rows(),
-                               ex.w13.zero.ptr != nullptr, dec_r);
-        dec90_2 = decode90_fit(ex.fmt, mo2, chunk_of(ex.w2, ex.act_quant), ex.w2.kp, d2, dec_rows(),
-                               ex.w2.zero.ptr != nullptr, dec_r);
+        if (!one_row) {
+          dec90_1 = decode90_fit(ex.fmt, mo1, chunk_of(ex.w13, ex.act_quant), ex.w13.kp, d1, dec_rows(),
+                                 ex.w13.zero.ptr != nullptr, dec_r);
+          dec90_2 = decode90_fit(ex.fmt, mo2, chunk_of(ex.w2, ex.act_quant), ex.w2.kp, d2, dec_rows(),
+                                 ex.w2.zero.ptr != nullptr, dec_r);
+        }
         // 16-row M-blocks and 16-bit weights run on the bulk kernel only (both GEMMs share align's
         // blocks); without it, the 16-row mma.sync tile. QMOE_CUDA_DECODE16=0 keeps 16-bit weights
         // on the tile (A/B measurements).
@@ -345,7 +370,8 @@ struct ExpertsPlan {
           bm = dec_r;
           c1.splits = d1.splits;
           c2.splits = d2.splits;
-          direct = m == 1 && dec90_1 && dec90_2 && dec_r == kDecodeRows && numel <= kDirectMaxSlots && direct_on();
+          direct = one_row || (m == 1 && dec90_1 && dec90_2 && dec_r == kDecodeRows && numel <= kDirectMaxSlots &&
+                               direct_on());
         }
       }
     }

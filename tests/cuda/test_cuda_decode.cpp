@@ -21,6 +21,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/cuda_moe_cases.h"
@@ -228,15 +229,22 @@ TEST(CudaDecode, GridSplitK) {
     ExpertWeights w = make_weights(s, E, H, I, 70 + kind);
     cuda::DevExperts ex = cuda::prepare(w, Activation::kSwigluOai);
     const MoeConfig cfg = config(E, 1, Activation::kSwigluOai);
-    for (int64_t m : {1, 3}) {
+    // M = 1 twice: on the sm_90 kernel with direct routing each M-block stages one row, so GEMM1
+    // needs no split there (config.h kDecodeMaxK1); QMOE_CUDA_DIRECT=0 keeps align's 8-row
+    // blocks and the split
+    test::ScopedEnv env;
+    const std::pair<int64_t, const char*> runs[] = {{1, "1"}, {3, "1"}, {1, "0"}};
+    for (const auto& [m, direct] : runs) {
+      env.set("QMOE_CUDA_DIRECT", direct);
       Tensor x = test::random_tensor(w.act_dtype, {m, H}, 71 + m + kind);
       Routing r = random_routing(m, 1, E, 72 + m + kind);
       const std::string kern = cuda::forward_kernels(ex, m, 1);
       if (!decode_off()) {
-        EXPECT_TRUE(split_of(kern, "gemm1=decode") == "2") << kern;  // decode or decode90
+        const bool one_row = kern.find(" direct") != std::string::npos;
+        EXPECT_EQ(split_of(kern, "gemm1=decode"), one_row ? "1" : "2") << kern;  // decode or decode90
         if (m == 1) EXPECT_EQ(split_of(kern, "gemm2=decode"), "2") << kern;
       }
-      check(ex, w, nullptr, nullptr, cfg, x, r, false, str("split-K ", name, " M=", m));
+      check(ex, w, nullptr, nullptr, cfg, x, r, false, str("split-K ", name, " M=", m, " (", kern, ")"));
     }
   }
 }

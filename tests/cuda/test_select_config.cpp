@@ -165,6 +165,25 @@ TEST(SelectDecode, FillSplitsOnlyShortGrids) {
   EXPECT_EQ(select_decode(dprob(1, 1, 4, 64, 1024, WFmt::k16, 1 << 30), true).splits, 2);  // 16 k-tiles
 }
 
+// One staged row per M-block (one token, direct routing): with the K cap kDecodeMaxK1 (forward()
+// uses it for GEMM1) K is not split for staging (llama4-scout K = 5120, deepseek-v3 K = 7168 at
+// M = 1), only for grid fill where fill splits are asked for (llama4-scout 160 column blocks -> 2;
+// mixtral-8x7b 256 -> 2).
+TEST(SelectDecode, OneRowBlocksSplitOnlyForFill) {
+  EXPECT_EQ(select_decode(dprob(1, 1, 16, 16384, 5120, WFmt::kU4, 128), false, kDecodeMaxK1).splits, 1);
+  EXPECT_EQ(select_decode(dprob(1, 8, 256, 4096, 7168, WFmt::kFP8, 1 << 30), false, kDecodeMaxK1).splits, 1);
+  EXPECT_EQ(select_decode(dprob(1, 8, 256, 4096, 7168, WFmt::kFP8, 1 << 30), false).splits, 2);
+  EXPECT_EQ(select_decode(dprob(1, 1, 16, 5120, 8192, WFmt::kU4, 128), true, kDecodeMaxK1).splits, 2);
+  const DecodeConfig mx = select_decode(dprob(1, 2, 8, 4096, 14336, WFmt::k16, 1 << 30), true, kDecodeMaxK1);
+  EXPECT_EQ(mx.splits, 2);
+  EXPECT_EQ(mx.ktiles_per_split, 112);
+  for (int k : {64, 4104, 7168, 14336, 32768, 32832}) {
+    const DecodeConfig c = select_decode(dprob(1, 4, 64, 4096, k, WFmt::kU4, 128), false, kDecodeMaxK1);
+    EXPECT_LE(c.ktiles_per_split * 64, kDecodeMaxK1) << k;
+    EXPECT_EQ(c.splits == 1, k <= kDecodeMaxK1) << k;
+  }
+}
+
 // The Hopper path's choice (select_sm90): from 17 rows per expert, from 16 for 16-bit / fp8 weights
 // with at most 16 experts, int / W4A8 atoms from 8, fp4 units from 12; 64-row M-blocks for 16-bit /
 // fp8 up to 40 rows (64 with >= 64 experts); the quantized-weight kernel's token tile 32 / 64 / 128;

@@ -1,0 +1,18 @@
+#!/usr/bin/env bash
+# session 14, call 2: the biased int4 decode with the ones mma split into independent chains
+# (k16 step ss feeds chain ss % SCH): qmoe (SCH = 2) and qmoe_sch4 (SCH = 4) against qmoe_base
+# (HEAD 070776b), int4 / W4A8-fp8 at M = 1 / 16 / 64, alternating twice; the decode suites first.
+B=build-gpu-carry; W=$OUT/r2; mkdir -p $W
+for d in /usr/local/cuda/lib64 $(python3 -c 'import nvidia, os; print(" ".join(os.path.join(p, "cu13", "lib") for p in nvidia.__path__))' 2>/dev/null); do
+  if ls "$d"/libcublasLt.so* >/dev/null 2>&1; then export LD_LIBRARY_PATH="$d:${LD_LIBRARY_PATH:-}"; fi
+done
+s=$(date +%s); el() { echo $(( $(date +%s) - s )); }
+for v in base sch4; do xz -dc $B/qmoe_$v.xz > $B/qmoe_$v && chmod +x $B/qmoe_$v; done
+cp $B/qmoe $B/qmoe_sch2
+timeout 120 $B/test_cuda --gtest_brief=1 --gtest_filter='CudaDecode*:DecodeFormats*:CudaSm90.OneToken*' > $W/test_decode.log 2>&1; echo "test decode rc $? $(el)"; tail -2 $W/test_decode.log; grep -E "^\[  FAILED" $W/test_decode.log | head -20
+for rep in 1 2; do
+  for v in base sch2 sch4; do
+    timeout 100 $B/qmoe_$v bench --backend cuda --shape all --m 1,16,64 --scheme int4,w4a8-fp8 --json $W/${v}_$rep.json > $W/${v}_$rep.md 2>$W/${v}_$rep.err; echo "$v $rep rc $? $(el)"
+  done
+done
+cd $OUT && tar czf r2.tgz r2

@@ -328,10 +328,10 @@ struct ExpertsPlan {
         // One token on the bulk kernel (direct routing below): each M-block stages one row, so
         // GEMM1's K needs no split for staging (a GEMM1 split costs a memset, partial sums and
         // act_finish; llama4-scout / deepseek-v3 at M = 1, K = 5120 / 7168, split it in two for
-        // the staging of 8 rows). H200 (fourteenth session, r5): their M = 1 rows 1.03-1.14x on
-        // every scheme but fp8 / bf16 llama4-scout (1.00). GEMM2 keeps its splits (atomics into o,
-        // no extra launch): with GEMM2 under the same cap mixtral-8x7b's K = 14336 went from 4 to 2
-        // splits and its bf16 / fp8 rows measured 0.96-0.97x.
+        // the staging of 8 rows). H200 (fourteenth session, r6): their M = 1 rows 1.03-1.15x on
+        // every scheme but llama4-scout's bf16 / fp8 (1.00). GEMM2 keeps its splits (atomics into
+        // o, no extra launch): with GEMM2 under the same cap (r5) mixtral-8x7b's K = 14336 went from
+        // 4 to 2 splits and its bf16 / fp8 rows measured 0.96-0.97x.
         bool one_row = false;
         if (m == 1 && dec_r == kDecodeRows && numel <= kDirectMaxSlots && direct_on()) {
           DecodeConfig e1 = select_decode({m, top_k, ex.num_experts, ex.w13.np, ex.hidden, ex.fmt, sms,

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #include "cpu/cpu_kernels.h"
 
@@ -109,6 +110,216 @@ bool fast_decode_panel(const PackedProj& w, const uint8_t* pc, const uint8_t* zp
 #define QMOE_CPU_FAST_DECODE 1
 #include "cpu/cpu_kernels_generic.inc"
 
-void gemm(const GemmJob& j) { generic::gemm(j); }
+namespace {
+
+// Group scales of rows 8h .. 8h + 7 (sp: the group's 16 scales in the checkpoint's dtype) as fp32,
+// the values generic::gscale gives.
+inline __m256 scales8(ScaleKind k, const uint8_t* sp, int h) {
+  switch (k) {
+    case ScaleKind::kF32: return _mm256_loadu_ps(reinterpret_cast<const float*>(sp) + 8 * h);
+    case ScaleKind::kBF16: {
+      const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(sp + 16 * h));
+      return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(v), 16));
+    }
+    case ScaleKind::kF16: return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sp + 16 * h)));
+    case ScaleKind::kE8M0: {  // 2^(e - 127); e = 0 is 2^-127 (0x00400000)
+      const __m256i e = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sp + 8 * h)));
+      const __m256i bits = _mm256_slli_epi32(e, 23);
+      const __m256i zero = _mm256_cmpeq_epi32(e, _mm256_setzero_si256());
+      return _mm256_castsi256_ps(_mm256_blendv_epi8(bits, _mm256_set1_epi32(0x00400000), zero));
+    }
+    default: {
+      alignas(32) float f[8];
+      for (int r = 0; r < 8; ++r) f[r] = generic::gscale(k, sp + size_t(8 * h + r) * scale_kind_bytes(k));
+      return _mm256_load_ps(f);
+    }
+  }
+}
+
+// Fused decode-and-dot for few activation rows (T <= 4: decode, one token per expert and a few
+// more), as the AVX-512 kernels do: each kpair (2 k x 16 rows) is decoded into four registers and
+// multiplied into every token's sums right away, instead of a whole fp32 panel written to the
+// scratch and read back per token. Per segment (weight group, activation group or all of K) the
+// sums are scaled once, as in the portable kernel; the summation order within a segment differs
+// (numerics.md: fp32 order only). CK: the code kind; T: the activation rows.
+template <CodeKind CK, int T>
+void fused(const GemmJob& j, int seg, float* C) {
+  const PackedProj& w = *j.w;
+  const ActBuf& a = *j.a;
+  const int Kp = w.k_pad;
+  constexpr int NC = T <= 2 ? 2 : 1;  // independent FMA chains per token and half (even / odd k)
+  // the tokens' rows as fp32 (a broadcast then loads straight from memory)
+  float* af = C + size_t(T) * kJobRows;
+  for (int t = 0; t < T; ++t) {
+    float* d = af + size_t(t) * Kp;
+    if (a.fmt == ActFmt::kBF16) {
+      const uint16_t* ap = a.row<uint16_t>(j.row0 + t);
+      for (int k = 0; k < Kp; ++k) d[k] = generic::codec::bf16_to_f32(ap[k]);
+    } else {
+      std::memcpy(d, a.row<float>(j.row0 + t), sizeof(float) * size_t(Kp));
+    }
+  }
+  const size_t sb = scale_kind_bytes(w.gscale_kind);
+  const __m256 mag = _mm256_setr_ps(0.f, 0.5f, 1.f, 1.5f, 2.f, 3.f, 4.f, 6.f);
+  const __m256i m4 = _mm256_set1_epi32(0xF), m3 = _mm256_set1_epi32(7), s8 = _mm256_set1_epi32(8);
+  const __m256i hi16 = _mm256_set1_epi32(static_cast<int>(0xFFFF0000u)), lo16 = _mm256_set1_epi32(0xFFFF);
+  const int zgk = w.has_zp ? w.zp_group : Kp;
+  for (int half = 0; half < 2; ++half) {
+    const int pn = 2 * j.pair + half;
+    const uint8_t* pc = w.panel(j.e, pn);
+    const uint8_t* zp = w.has_zp ? w.zp_panel(j.e, pn) : nullptr;
+    const uint8_t* gs = w.group > 0 ? w.gscale_panel(j.e, pn) : nullptr;
+    __m256 out[T][2];
+    for (int t = 0; t < T; ++t) out[t][0] = out[t][1] = _mm256_setzero_ps();
+    __m256 z[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+    for (int k0 = 0; k0 < Kp; k0 += seg) {
+      const int k1 = std::min(Kp, k0 + seg);
+      __m256 acc[T][2][NC];
+      for (int t = 0; t < T; ++t)
+        for (int h = 0; h < 2; ++h)
+          for (int c = 0; c < NC; ++c) acc[t][h][c] = _mm256_setzero_ps();
+      // kpair k / 2 decoded into v[k % 2][half of the rows]: multiply into every token's sums
+      const auto dot = [&](int k, const __m256 (&v)[2][2]) {
+        for (int t = 0; t < T; ++t) {
+          const __m256 b0 = _mm256_broadcast_ss(af + size_t(t) * Kp + k);
+          const __m256 b1 = _mm256_broadcast_ss(af + size_t(t) * Kp + k + 1);
+          for (int h = 0; h < 2; ++h) {
+            acc[t][h][0] = _mm256_fmadd_ps(b0, v[0][h], acc[t][h][0]);
+            acc[t][h][NC - 1] = _mm256_fmadd_ps(b1, v[1][h], acc[t][h][NC - 1]);
+          }
+        }
+      };
+      if constexpr (CK == CodeKind::kInt4 || CK == CodeKind::kFp4) {
+        // kWord4: block b (8 k) as dwords, row 8h + r in dword r of half h: kpair qq's nibble in bits
+        // [4 qq, + 4) of the low word (even k) and of the high word (odd k); immediate shifts
+        for (int b = k0 / 8; b < k1 / 8; ++b) {
+          if (CK == CodeKind::kInt4 && (8 * b) % zgk == 0)
+            z[0] = zero8(w, zp, 8 * b / zgk, 0), z[1] = zero8(w, zp, 8 * b / zgk, 1);
+          __m256i d[2];
+          for (int h = 0; h < 2; ++h) d[h] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pc + size_t(b) * 64 + 32 * h));
+          const auto value = [&](__m256i u, int h) {
+            u = _mm256_and_si256(u, m4);
+            if constexpr (CK == CodeKind::kFp4) {
+              const __m256 m = _mm256_permutevar8x32_ps(mag, _mm256_and_si256(u, m3));
+              return _mm256_xor_ps(m, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_and_si256(u, s8), 28)));
+            } else {
+              return _mm256_sub_ps(_mm256_cvtepi32_ps(u), z[h]);
+            }
+          };
+          const auto kpair = [&](auto qq_tag) {
+            constexpr int qq = decltype(qq_tag)::value;
+            __m256 v[2][2];
+            for (int h = 0; h < 2; ++h) {
+              v[0][h] = value(_mm256_srli_epi32(d[h], 4 * qq), h);
+              v[1][h] = value(_mm256_srli_epi32(d[h], 16 + 4 * qq), h);
+            }
+            dot(8 * b + 2 * qq, v);
+          };
+          kpair(std::integral_constant<int, 0>{});
+          kpair(std::integral_constant<int, 1>{});
+          kpair(std::integral_constant<int, 2>{});
+          kpair(std::integral_constant<int, 3>{});
+        }
+      } else {
+        for (int q = k0 / 2; q < k1 / 2; ++q) {
+          const int k = 2 * q;
+          __m256 v[2][2];  // [k % 2][half of the rows]
+          if constexpr (CK == CodeKind::kBF16) {
+            for (int h = 0; h < 2; ++h) {
+              const __m256i d = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pc + (size_t(q) * 32 + 16 * h) * 2));
+              v[0][h] = _mm256_castsi256_ps(_mm256_slli_epi32(d, 16));
+              v[1][h] = _mm256_castsi256_ps(_mm256_and_si256(d, hi16));
+            }
+          } else {  // kInt8
+            if (!w.s8 && k % zgk == 0) z[0] = zero8(w, zp, k / zgk, 0), z[1] = zero8(w, zp, k / zgk, 1);
+            for (int h = 0; h < 2; ++h) {
+              const __m128i bb = _mm_loadu_si128(reinterpret_cast<const __m128i*>(pc + size_t(q) * 32 + 16 * h));
+              if (w.s8) {
+                const __m256i d = _mm256_cvtepi8_epi16(bb);
+                v[0][h] = _mm256_cvtepi32_ps(_mm256_srai_epi32(_mm256_slli_epi32(d, 16), 16));
+                v[1][h] = _mm256_cvtepi32_ps(_mm256_srai_epi32(d, 16));
+              } else {
+                const __m256i d = _mm256_cvtepu8_epi16(bb);
+                v[0][h] = _mm256_sub_ps(_mm256_cvtepi32_ps(_mm256_and_si256(d, lo16)), z[h]);
+                v[1][h] = _mm256_sub_ps(_mm256_cvtepi32_ps(_mm256_srli_epi32(d, 16)), z[h]);
+              }
+            }
+          }
+          dot(k, v);
+        }
+      }
+      // the segment's scales: weight group (a segment past the last group holds only K padding,
+      // zero weights: no scale to read) x the token's activation group scale
+      const int g = k0 / seg;
+      __m256 ws[2] = {_mm256_set1_ps(1.f), _mm256_set1_ps(1.f)};
+      if (gs && g >= w.num_groups) {
+        ws[0] = ws[1] = _mm256_setzero_ps();
+      } else if (gs) {
+        const uint8_t* sp = gs + size_t(g) * kPanelRows * sb;
+        for (int h = 0; h < 2; ++h) ws[h] = scales8(w.gscale_kind, sp, h);
+      }
+      for (int t = 0; t < T; ++t) {
+        const float tg = a.group_scale.empty() ? 1.f : a.group_scale[size_t(j.row0 + t) * a.num_groups + g];
+        for (int h = 0; h < 2; ++h) {
+          __m256 sum = acc[t][h][0];
+          if constexpr (NC == 2) sum = _mm256_add_ps(sum, acc[t][h][1]);
+          out[t][h] = _mm256_fmadd_ps(sum, _mm256_mul_ps(ws[h], _mm256_set1_ps(tg)), out[t][h]);
+        }
+      }
+    }
+    for (int t = 0; t < T; ++t)
+      for (int h = 0; h < 2; ++h) _mm256_storeu_ps(C + size_t(t) * kJobRows + half * kPanelRows + 8 * h, out[t][h]);
+  }
+}
+
+template <CodeKind CK>
+void fused_t(const GemmJob& j, int seg, float* C) {
+  switch (j.nrows) {
+    case 1: fused<CK, 1>(j, seg, C); break;
+    case 2: fused<CK, 2>(j, seg, C); break;
+    case 3: fused<CK, 3>(j, seg, C); break;
+    default: fused<CK, 4>(j, seg, C); break;
+  }
+}
+
+// Rows per job up to which the fused kernel runs (in passes of four); the portable kernel above
+// (the panel decoded once, then one pass per row) beyond.
+constexpr int kFusedMaxRows = 16;
+
+// The fused kernel where it applies (few rows, the kinds fast_decode_panel decodes, no g_idx,
+// 16-bit / fp32 activations, segments and zero-point groups in whole kpairs / 8-column blocks).
+bool fused_gemm(const GemmJob& j) {
+  const PackedProj& w = *j.w;
+  const ActBuf& a = *j.a;
+  if (j.nrows < 1 || j.nrows > kFusedMaxRows || !w.gidx.empty() || (a.fmt != ActFmt::kBF16 && a.fmt != ActFmt::kF32))
+    return false;
+  const int seg = w.group > 0 ? w.group : (a.group > 0 && !a.group_scale.empty()) ? a.group : w.k_pad;
+  const bool word4 = w.code == CodeKind::kInt4 || w.code == CodeKind::kFp4;
+  const int unit = word4 ? 8 : 2;  // k-columns decoded together
+  if (seg % unit != 0 || (w.has_zp && (w.zp_group <= 0 || w.zp_group % unit != 0))) return false;
+  if (w.code != CodeKind::kBF16 && w.code != CodeKind::kInt8 && !word4) return false;
+  float* C = j.scratch;  // [T][32], then the tokens' fp32 rows (<= 4 x k_pad floats of the scratch)
+  // up to four rows at a time (their sums fill the registers), the weights decoded again per four
+  for (int t0 = 0; t0 < j.nrows; t0 += 4) {
+    GemmJob s = j;
+    s.row0 = j.row0 + t0;
+    s.nrows = std::min(4, j.nrows - t0);
+    s.out = j.out + size_t(t0) * j.ldo;
+    switch (w.code) {
+      case CodeKind::kBF16: fused_t<CodeKind::kBF16>(s, seg, C); break;
+      case CodeKind::kInt8: fused_t<CodeKind::kInt8>(s, seg, C); break;
+      case CodeKind::kInt4: fused_t<CodeKind::kInt4>(s, seg, C); break;
+      default: fused_t<CodeKind::kFp4>(s, seg, C); break;
+    }
+    generic::finish(s, C);
+  }
+  return true;
+}
+
+}  // namespace
+
+void gemm(const GemmJob& j) {
+  if (!fused_gemm(j)) generic::gemm(j);
+}
 void quant_row(const float* x, int n, const QuantRowArgs& q, ActBuf& a, int i) { generic::quant_row(x, n, q, a, i); }
 }  // namespace qmoe::cpu::avx2

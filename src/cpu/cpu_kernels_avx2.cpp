@@ -22,10 +22,23 @@ inline __m256 zero8(const PackedProj& w, const uint8_t* zp, int zg, int h) {
   return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(z));
 }
 
+// e4m3 codes (one per dword, 0..255) as fp32, the values codec::e4m3_to_f32 gives: normal
+// (a << 20) + (120 << 23) for the 7 magnitude bits a, subnormal m x 2^-9, S.1111.111 NaN, sign on top.
+inline __m256 e4m3x8(__m256i b) {
+  const __m256i a = _mm256_and_si256(b, _mm256_set1_epi32(0x7F));
+  const __m256i sign = _mm256_slli_epi32(_mm256_and_si256(b, _mm256_set1_epi32(0x80)), 24);
+  const __m256i normal = _mm256_add_epi32(_mm256_slli_epi32(a, 20), _mm256_set1_epi32(0x3C000000));
+  const __m256 sub = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_and_si256(a, _mm256_set1_epi32(7))), _mm256_set1_ps(0.001953125f));
+  const __m256i is_sub = _mm256_cmpgt_epi32(_mm256_set1_epi32(8), a);  // exponent 0
+  __m256i r = _mm256_blendv_epi8(normal, _mm256_castps_si256(sub), is_sub);
+  r = _mm256_blendv_epi8(r, _mm256_set1_epi32(0x7FC00000), _mm256_cmpeq_epi32(a, _mm256_set1_epi32(0x7F)));
+  return _mm256_castsi256_ps(_mm256_or_si256(r, sign));
+}
+
 // One panel's codes (cpu_pack.h layouts) as fp32 values wv[k][16] (u - z for integer codes, before
 // any group scale), exactly as generic::element_value computes them, for k < k_pad; false for the
-// kinds left to the element-by-element decode (f16 / f32 / fp8 values, the VNNI layouts, zero-point
-// groups that end inside a kpair / 8-column block).
+// kinds left to the element-by-element decode (f16 / f32 values, the VNNI layouts, zero-point groups
+// that end inside a kpair / 8-column block).
 bool fast_decode_panel(const PackedProj& w, const uint8_t* pc, const uint8_t* zp, float* wv) {
   const int Kp = w.k_pad;
   switch (w.code) {
@@ -38,6 +51,16 @@ bool fast_decode_panel(const PackedProj& w, const uint8_t* pc, const uint8_t* zp
           const __m256i d = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pc + (size_t(q) * 32 + 16 * h) * 2));
           _mm256_storeu_ps(wv + size_t(2 * q) * kPanelRows + 8 * h, _mm256_castsi256_ps(_mm256_slli_epi32(d, 16)));
           _mm256_storeu_ps(wv + size_t(2 * q + 1) * kPanelRows + 8 * h, _mm256_castsi256_ps(_mm256_and_si256(d, hi)));
+        }
+      return true;
+    }
+    case CodeKind::kFp8: {  // kPair bytes, as int8 below, each an e4m3 value
+      const __m256i lo16 = _mm256_set1_epi32(0xFFFF);
+      for (int q = 0; q < Kp / 2; ++q)
+        for (int h = 0; h < 2; ++h) {
+          const __m256i d = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(pc + size_t(q) * 32 + 16 * h)));
+          _mm256_storeu_ps(wv + size_t(2 * q) * kPanelRows + 8 * h, e4m3x8(_mm256_and_si256(d, lo16)));
+          _mm256_storeu_ps(wv + size_t(2 * q + 1) * kPanelRows + 8 * h, e4m3x8(_mm256_srli_epi32(d, 16)));
         }
       return true;
     }
@@ -230,6 +253,12 @@ void fused(const GemmJob& j, int seg, float* C) {
               v[0][h] = _mm256_castsi256_ps(_mm256_slli_epi32(d, 16));
               v[1][h] = _mm256_castsi256_ps(_mm256_and_si256(d, hi16));
             }
+          } else if constexpr (CK == CodeKind::kFp8) {
+            for (int h = 0; h < 2; ++h) {
+              const __m256i d = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(pc + size_t(q) * 32 + 16 * h)));
+              v[0][h] = e4m3x8(_mm256_and_si256(d, lo16));
+              v[1][h] = e4m3x8(_mm256_srli_epi32(d, 16));
+            }
           } else {  // kInt8
             if (!w.s8 && k % zgk == 0) z[0] = zero8(w, zp, k / zgk, 0), z[1] = zero8(w, zp, k / zgk, 1);
             for (int h = 0; h < 2; ++h) {
@@ -297,7 +326,7 @@ bool fused_gemm(const GemmJob& j) {
   const bool word4 = w.code == CodeKind::kInt4 || w.code == CodeKind::kFp4;
   const int unit = word4 ? 8 : 2;  // k-columns decoded together
   if (seg % unit != 0 || (w.has_zp && (w.zp_group <= 0 || w.zp_group % unit != 0))) return false;
-  if (w.code != CodeKind::kBF16 && w.code != CodeKind::kInt8 && !word4) return false;
+  if (w.code != CodeKind::kBF16 && w.code != CodeKind::kInt8 && w.code != CodeKind::kFp8 && !word4) return false;
   float* C = j.scratch;  // [T][32], then the tokens' fp32 rows (<= 4 x k_pad floats of the scratch)
   // up to four rows at a time (their sums fill the registers), the weights decoded again per four
   for (int t0 = 0; t0 < j.nrows; t0 += 4) {
@@ -308,6 +337,7 @@ bool fused_gemm(const GemmJob& j) {
     switch (w.code) {
       case CodeKind::kBF16: fused_t<CodeKind::kBF16>(s, seg, C); break;
       case CodeKind::kInt8: fused_t<CodeKind::kInt8>(s, seg, C); break;
+      case CodeKind::kFp8: fused_t<CodeKind::kFp8>(s, seg, C); break;
       case CodeKind::kInt4: fused_t<CodeKind::kInt4>(s, seg, C); break;
       default: fused_t<CodeKind::kFp4>(s, seg, C); break;
     }

@@ -306,6 +306,88 @@ ExpertWeights small_weights(SchemeKind k, int E, uint64_t seed = 3, int H = 96, 
   return ref::make_random_expert_weights(rs);
 }
 
+// ---- the ISA kernels decode every weight exactly: with a one-hot activation row (1.0 at column k)
+//      a job's output is weight (r, k) times its scales, one rounding, whatever the summation
+//      order; the avx2 / avx512 kernels must give the portable scalar kernel's bits for every k and
+//      row. fp8 weights get every e4m3 code but NaN (subnormals included), MXFP4 the e8m0 scale 2^-127
+//      (byte 0), the others random codes (int4 / int8 sym and asym, bf16, e2m1 with e4m3 block scales). ----
+TEST(CpuKernels, EveryWeightDecodesAsTheScalarKernel) {
+  struct K { const char* name; SchemeSpec spec; };
+  std::vector<K> kinds;
+  auto add = [&](const char* n, SchemeKind k, int bits, int group, bool sym) {
+    SchemeSpec sp = spec_of(k);
+    sp.bits = bits;
+    sp.group_size = group;
+    sp.symmetric = sym;
+    kinds.push_back({n, sp});
+  };
+  add("fp8a16", SchemeKind::kFP8A16, 8, 0, true);
+  add("int4_g32_asym", SchemeKind::kWNA16, 4, 32, false);
+  add("int4_g64_sym", SchemeKind::kWNA16, 4, 64, true);
+  add("int8_g32_asym", SchemeKind::kWNA16, 8, 32, false);
+  add("int8_channel_sym", SchemeKind::kWNA16, 8, 0, true);
+  add("bf16", SchemeKind::kUnquantized, 16, 0, true);
+  add("mxfp4a16", SchemeKind::kMXFP4A16, 4, 32, true);
+  add("nvfp4a16", SchemeKind::kNVFP4A16, 4, 16, true);
+  std::vector<cpu::Isa> fast;
+  for (cpu::Isa i : {cpu::Isa::kAvx2, cpu::Isa::kAvx512})
+    if (cpu::isa_supported(i)) fast.push_back(i);
+  if (fast.empty()) GTEST_SKIP() << "no AVX2 / AVX-512 on this CPU: only the scalar kernels run here";
+  const int H = 256, I = 32;  // w13: 64 rows (two jobs) x K = 256
+  for (const K& kd : kinds) {
+    ref::RandomWeightsSpec rs;
+    rs.scheme = kd.spec;
+    rs.num_experts = 1;
+    rs.hidden = H;
+    rs.intermediate = I;
+    rs.seed = 140;
+    ExpertWeights w = ref::make_random_expert_weights(rs);
+    if (kd.spec.kind == SchemeKind::kFP8A16) {  // every e4m3 code but the two NaNs, cycled over (n, k)
+      uint8_t* c = static_cast<uint8_t*>(w.w13.weight.raw_mut());
+      for (int64_t i = 0; i < w.w13.weight.numel(); ++i) {
+        const uint8_t b = static_cast<uint8_t>(i * 7 % 256);
+        c[i] = (b & 0x7F) == 0x7F ? 0 : b;
+      }
+    }
+    if (kd.spec.kind == SchemeKind::kMXFP4A16) {  // e8m0 byte 0 (2^-127, a subnormal fp32) in every third group
+      uint8_t* sc = static_cast<uint8_t*>(w.w13.scale.raw_mut());
+      for (int64_t i = 0; i < w.w13.scale.numel(); i += 3) sc[i] = 0;
+    }
+    const cpu::PackedProj pw = cpu::pack_proj(w, w.w13, true);
+    cpu::ActBuf a;
+    a.alloc(cpu::ActFmt::kBF16, 1, pw.k_pad);
+    std::vector<float> scratch_buf(cpu::gemm_scratch_floats(pw, 1) + 16);
+    float* scratch = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(scratch_buf.data()) + 63) & ~uintptr_t(63));
+    for (int k = 0; k < H; ++k) {
+      std::memset(a.row<uint16_t>(0), 0, size_t(pw.k_pad) * 2);
+      a.row<uint16_t>(0)[k] = 0x3F80;  // 1.0
+      for (int pair = 0; pair < pw.rows_pad / cpu::kJobRows; ++pair) {
+        auto run = [&](cpu::Isa isa) {
+          std::array<float, cpu::kJobRows> out{};
+          cpu::GemmJob j;
+          j.w = &pw;
+          j.pair = pair;
+          j.a = &a;
+          j.nrows = 1;
+          j.out = out.data();
+          j.ldo = cpu::kJobRows;
+          j.scratch = scratch;
+          cpu::kernels_for(isa).gemm(j);
+          return out;
+        };
+        const auto want = run(cpu::Isa::kScalar);
+        for (cpu::Isa isa : fast) {
+          const auto got = run(isa);
+          for (int r = 0; r < cpu::kJobRows; ++r)
+            ASSERT_EQ(0, std::memcmp(&got[r], &want[r], 4))
+                << kd.name << " " << cpu::isa_name(isa) << " k " << k << " row " << pair * cpu::kJobRows + r << ": got "
+                << got[r] << " want " << want[r];
+        }
+      }
+    }
+  }
+}
+
 TEST(CpuEdge, AllTokensOnOneExpertOthersEmpty) {
   ExpertWeights w = small_weights(SchemeKind::kWNA16, 7);
   const int64_t M = 40;  // more tokens than one microkernel block

@@ -145,6 +145,8 @@ inline __m256 scales8(ScaleKind k, const uint8_t* sp, int h) {
       return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(v), 16));
     }
     case ScaleKind::kF16: return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sp + 16 * h)));
+    case ScaleKind::kE4M3:
+      return e4m3x8(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sp + 8 * h))));
     case ScaleKind::kE8M0: {  // 2^(e - 127); e = 0 is 2^-127 (0x00400000)
       const __m256i e = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(sp + 8 * h)));
       const __m256i bits = _mm256_slli_epi32(e, 23);

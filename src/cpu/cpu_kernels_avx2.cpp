@@ -303,6 +303,110 @@ void fused(const GemmJob& j, int seg, float* C) {
   }
 }
 
+// The same for int8 activations (INT8 W8A8, W4A8-int8: kVnni8 / kVnni4 codes): per 4 k the codes u
+// of four rows (16 bytes) widened to 16 bits and multiplied with the token's four int8 values by
+// `vpmaddwd` (pairs summed exactly in int32), summed in int32 over the segment; the zero point comes
+// off per segment through the token's sum over it, sum a (u - z) = sum a u - z sum a, all exact in
+// int32 as the contract's "part" (numerics.md "Products"), then float(part) x the segment's scales.
+template <CodeKind CK, int T>
+void fused_s8(const GemmJob& j, int seg, float* C) {
+  const PackedProj& w = *j.w;
+  const ActBuf& a = *j.a;
+  const int Kp = w.k_pad;
+  const size_t sb = scale_kind_bytes(w.gscale_kind);
+  const __m256i perm = _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7);
+  const int8_t* ap[T];
+  for (int t = 0; t < T; ++t) ap[t] = a.row<int8_t>(j.row0 + t);
+  // four int8 activations a[k .. k + 3] as 16-bit words, repeated in every 64-bit lane
+  const auto act4 = [](const int8_t* p) {
+    int32_t v;
+    std::memcpy(&v, p, 4);
+    return _mm256_broadcastq_epi64(_mm_cvtepi8_epi16(_mm_cvtsi32_si128(v)));
+  };
+  for (int half = 0; half < 2; ++half) {
+    const int pn = 2 * j.pair + half;
+    const uint8_t* pc = w.panel(j.e, pn);
+    const uint8_t* zp = w.has_zp ? w.zp_panel(j.e, pn) : nullptr;
+    const uint8_t* gs = w.group > 0 ? w.gscale_panel(j.e, pn) : nullptr;
+    __m256 out[T][2];
+    for (int t = 0; t < T; ++t) out[t][0] = out[t][1] = _mm256_setzero_ps();
+    for (int k0 = 0; k0 < Kp; k0 += seg) {
+      const int k1 = std::min(Kp, k0 + seg);
+      __m256i acc[T][4];  // rows 4i .. 4i + 3, two partial dwords per row
+      int32_t asum[T];
+      for (int t = 0; t < T; ++t) {
+        for (int i = 0; i < 4; ++i) acc[t][i] = _mm256_setzero_si256();
+        int32_t sum = 0;
+        for (int k = k0; k < k1; ++k) sum += ap[t][k];
+        asum[t] = sum;
+      }
+      if constexpr (CK == CodeKind::kVnni8) {  // byte (k / 4) * 64 + 4 r + k % 4
+        for (int k = k0; k < k1; k += 4) {
+          __m256i wq[4];
+          for (int i = 0; i < 4; ++i)
+            wq[i] = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(pc + size_t(k / 4) * 64 + 16 * i)));
+          for (int t = 0; t < T; ++t) {
+            const __m256i av = act4(ap[t] + k);
+            for (int i = 0; i < 4; ++i) acc[t][i] = _mm256_add_epi32(acc[t][i], _mm256_madd_epi16(wq[i], av));
+          }
+        }
+      } else {  // kVnni4: byte (k / 8) * 64 + 4 r + k % 4, k % 8 < 4 in the low nibble
+        for (int k = k0; k < k1; k += 8) {
+          __m256i wl[4], wh[4];
+          for (int i = 0; i < 4; ++i) {
+            const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(pc + size_t(k / 8) * 64 + 16 * i));
+            const __m256i b16 = _mm256_cvtepu8_epi16(b);
+            wl[i] = _mm256_and_si256(b16, _mm256_set1_epi16(0x0F));
+            wh[i] = _mm256_srli_epi16(b16, 4);
+          }
+          for (int t = 0; t < T; ++t) {
+            const __m256i al = act4(ap[t] + k), ah = act4(ap[t] + k + 4);
+            for (int i = 0; i < 4; ++i)
+              acc[t][i] = _mm256_add_epi32(acc[t][i], _mm256_add_epi32(_mm256_madd_epi16(wl[i], al), _mm256_madd_epi16(wh[i], ah)));
+          }
+        }
+      }
+      const int g = k0 / seg;
+      __m256 ws[2] = {_mm256_set1_ps(1.f), _mm256_set1_ps(1.f)};
+      if (gs && g >= w.num_groups) {
+        ws[0] = ws[1] = _mm256_setzero_ps();
+      } else if (gs) {
+        const uint8_t* sp = gs + size_t(g) * kPanelRows * sb;
+        for (int h = 0; h < 2; ++h) ws[h] = scales8(w.gscale_kind, sp, h);
+      }
+      __m256i z[2];
+      for (int h = 0; h < 2; ++h) {
+        if (w.has_zp) {
+          const __m128i zb = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(zp + size_t(k0 / w.zp_group) * kPanelRows + 8 * h));
+          z[h] = _mm256_cvtepu8_epi32(zb);
+        } else {
+          z[h] = _mm256_set1_epi32(w.zsym);
+        }
+      }
+      for (int t = 0; t < T; ++t) {
+        const __m256i as = _mm256_set1_epi32(asum[t]);
+        for (int h = 0; h < 2; ++h) {
+          __m256i part = _mm256_permutevar8x32_epi32(_mm256_hadd_epi32(acc[t][2 * h], acc[t][2 * h + 1]), perm);
+          part = _mm256_sub_epi32(part, _mm256_mullo_epi32(z[h], as));
+          out[t][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(part), ws[h], out[t][h]);
+        }
+      }
+    }
+    for (int t = 0; t < T; ++t)
+      for (int h = 0; h < 2; ++h) _mm256_storeu_ps(C + size_t(t) * kJobRows + half * kPanelRows + 8 * h, out[t][h]);
+  }
+}
+
+template <CodeKind CK>
+void fused_s8_t(const GemmJob& j, int seg, float* C) {
+  switch (j.nrows) {
+    case 1: fused_s8<CK, 1>(j, seg, C); break;
+    case 2: fused_s8<CK, 2>(j, seg, C); break;
+    case 3: fused_s8<CK, 3>(j, seg, C); break;
+    default: fused_s8<CK, 4>(j, seg, C); break;
+  }
+}
+
 template <CodeKind CK>
 void fused_t(const GemmJob& j, int seg, float* C) {
   switch (j.nrows) {
@@ -319,9 +423,12 @@ constexpr int kFusedMaxRows = 16;
 
 // The fused kernel where it applies (few rows, the kinds fast_decode_panel decodes, no g_idx,
 // 16-bit / fp32 activations, segments and zero-point groups in whole kpairs / 8-column blocks).
+bool fused_s8_gemm(const GemmJob& j);
+
 bool fused_gemm(const GemmJob& j) {
   const PackedProj& w = *j.w;
   const ActBuf& a = *j.a;
+  if (a.fmt == ActFmt::kS8) return fused_s8_gemm(j);
   if (j.nrows < 1 || j.nrows > kFusedMaxRows || !w.gidx.empty() || (a.fmt != ActFmt::kBF16 && a.fmt != ActFmt::kF32))
     return false;
   const int seg = w.group > 0 ? w.group : (a.group > 0 && !a.group_scale.empty()) ? a.group : w.k_pad;
@@ -343,6 +450,29 @@ bool fused_gemm(const GemmJob& j) {
       case CodeKind::kInt4: fused_t<CodeKind::kInt4>(s, seg, C); break;
       default: fused_t<CodeKind::kFp4>(s, seg, C); break;
     }
+    generic::finish(s, C);
+  }
+  return true;
+}
+
+// int8 activations: the kVnni8 / kVnni4 codes, segments in whole 4- / 8-column groups, zero points
+// constant over a segment, no activation group scales (the int8 quantizer has none).
+bool fused_s8_gemm(const GemmJob& j) {
+  const PackedProj& w = *j.w;
+  const ActBuf& a = *j.a;
+  if (j.nrows < 1 || j.nrows > kFusedMaxRows || !w.gidx.empty() || !a.group_scale.empty()) return false;
+  if (w.code != CodeKind::kVnni8 && w.code != CodeKind::kVnni4) return false;
+  const int seg = w.group > 0 ? w.group : w.k_pad;
+  const int unit = w.code == CodeKind::kVnni8 ? 4 : 8;
+  if (seg % unit != 0 || (w.has_zp && (w.zp_group <= 0 || w.zp_group % seg != 0))) return false;
+  float* C = j.scratch;
+  for (int t0 = 0; t0 < j.nrows; t0 += 4) {
+    GemmJob s = j;
+    s.row0 = j.row0 + t0;
+    s.nrows = std::min(4, j.nrows - t0);
+    s.out = j.out + size_t(t0) * j.ldo;
+    if (w.code == CodeKind::kVnni8) fused_s8_t<CodeKind::kVnni8>(s, seg, C);
+    else fused_s8_t<CodeKind::kVnni4>(s, seg, C);
     generic::finish(s, C);
   }
   return true;

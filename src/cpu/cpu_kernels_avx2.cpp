@@ -1,8 +1,11 @@
-// The portable kernels (cpu_kernels_generic.inc) built for the avx2 ISA (AVX2 + FMA + F16C flags from
-// CMake), with the panel decode of the common code kinds written with AVX2 instructions: the portable
-// element-by-element decode (a switch and the layout's index arithmetic per weight) ran the avx2 path
-// at ~1% of the read bandwidth on the development machine (qwen3-30b-a3b int4-g32 M = 1: 90 ms
-// against 0.8 ms on the AVX-512 kernels; docs/perf.md, fourteenth session).
+// The avx2 ISA build (AVX2 + FMA + F16C flags from CMake): fused decode-and-dot kernels for jobs of
+// up to 16 activation rows (bf16 / int8 / fp8 / int4 / e2m1 codes with 16-bit or fp32 activations;
+// kVnni8 / kVnni4 codes with int8 activations), and for larger jobs the portable kernels
+// (cpu_kernels_generic.inc) with those panels decoded by AVX2 code. The portable kernels alone,
+// decoding element by element, ran the avx2 path at 0-6% of the read bandwidth on the development
+// machine (qwen3-30b-a3b int4-g32 M = 1: 62 ms against 0.9 ms on the AVX-512 kernels; docs/perf.md,
+// fourteenth session). The fused kernels keep their own copies of the panel walk: helpers shared
+// between them measured 1.1-1.5x slower (int4 M = 1, same session).
 #include <immintrin.h>
 
 #include <algorithm>

@@ -1,7 +1,8 @@
-// The avx2 ISA build (AVX2 + FMA + F16C flags from CMake): fused decode-and-dot kernels for jobs of
-// up to 16 activation rows (bf16 / int8 / fp8 / int4 / e2m1 codes with 16-bit or fp32 activations;
-// kVnni8 / kVnni4 codes with int8 activations), and for larger jobs the portable kernels
-// (cpu_kernels_generic.inc) with those panels decoded by AVX2 code. The portable kernels alone,
+// The avx2 ISA build (AVX2 + FMA + F16C flags from CMake): fused decode-and-dot kernels, four
+// activation rows per pass (bf16 / int8 / fp8 / int4 / e2m1 codes with 16-bit or fp32 activations;
+// kVnni8 / kVnni4 codes with int8 activations); the portable kernels (cpu_kernels_generic.inc) for
+// the rest (g_idx, f16 / f32 codes, groups that end inside a decode unit), with bf16 / int8 / fp8 /
+// int4 / e2m1 panels decoded by AVX2 code. The portable kernels alone,
 // decoding element by element, ran the avx2 path at 0-6% of the read bandwidth on the development
 // machine (qwen3-30b-a3b int4-g32 M = 1: 62 ms against 0.9 ms on the AVX-512 kernels; docs/perf.md,
 // fourteenth session). The fused kernels keep their own copies of the panel walk: helpers shared
@@ -164,10 +165,9 @@ inline __m256 scales8(ScaleKind k, const uint8_t* sp, int h) {
   }
 }
 
-// Fused decode-and-dot for few activation rows (T <= 4: decode, one token per expert and a few
-// more), as the AVX-512 kernels do: each kpair (2 k x 16 rows) is decoded into four registers and
-// multiplied into every token's sums right away, instead of a whole fp32 panel written to the
-// scratch and read back per token. Per segment (weight group, activation group or all of K) the
+// Fused decode-and-dot, T <= 4 activation rows per pass (as the AVX-512 kernels do for few rows):
+// each kpair (2 k x 16 rows) is decoded into four registers and multiplied into every row's sums
+// right away, instead of a whole fp32 panel written to the scratch and read back per row. Per segment (weight group, activation group or all of K) the
 // sums are scaled once, as in the portable kernel; the summation order within a segment differs
 // (numerics.md: fp32 order only). CK: the code kind; T: the activation rows.
 template <CodeKind CK, int T>
@@ -420,20 +420,18 @@ void fused_t(const GemmJob& j, int seg, float* C) {
   }
 }
 
-// Rows per job up to which the fused kernel runs (in passes of four); the portable kernel above
-// (the panel decoded once, then one pass per row) beyond.
-constexpr int kFusedMaxRows = 16;
-
-// The fused kernel where it applies (few rows, the kinds fast_decode_panel decodes, no g_idx,
-// 16-bit / fp32 activations, segments and zero-point groups in whole kpairs / 8-column blocks).
+// The fused kernel where it applies (the kinds fast_decode_panel decodes, no g_idx, 16-bit / fp32
+// activations, segments and zero-point groups in whole kpairs / 8-column blocks).
 bool fused_s8_gemm(const GemmJob& j);
 
 bool fused_gemm(const GemmJob& j) {
   const PackedProj& w = *j.w;
   const ActBuf& a = *j.a;
   if (a.fmt == ActFmt::kS8) return fused_s8_gemm(j);
-  if (j.nrows < 1 || j.nrows > kFusedMaxRows || !w.gidx.empty() || (a.fmt != ActFmt::kBF16 && a.fmt != ActFmt::kF32))
-    return false;
+  // any row count, in passes of four rows that decode the weights again: against the portable kernel
+  // (the panel decoded once, then one FMA chain per row) 2.3-2.5x at 32 / 128 rows per job
+  // (mixtral-8x7b M = 128 / 512, fourteenth session)
+  if (j.nrows < 1 || !w.gidx.empty() || (a.fmt != ActFmt::kBF16 && a.fmt != ActFmt::kF32)) return false;
   const int seg = w.group > 0 ? w.group : (a.group > 0 && !a.group_scale.empty()) ? a.group : w.k_pad;
   const bool word4 = w.code == CodeKind::kInt4 || w.code == CodeKind::kFp4;
   const int unit = word4 ? 8 : 2;  // k-columns decoded together
@@ -463,7 +461,7 @@ bool fused_gemm(const GemmJob& j) {
 bool fused_s8_gemm(const GemmJob& j) {
   const PackedProj& w = *j.w;
   const ActBuf& a = *j.a;
-  if (j.nrows < 1 || j.nrows > kFusedMaxRows || !w.gidx.empty() || !a.group_scale.empty()) return false;
+  if (j.nrows < 1 || !w.gidx.empty() || !a.group_scale.empty()) return false;
   if (w.code != CodeKind::kVnni8 && w.code != CodeKind::kVnni4) return false;
   const int seg = w.group > 0 ? w.group : w.k_pad;
   const int unit = w.code == CodeKind::kVnni8 ? 4 : 8;

@@ -32,6 +32,12 @@
 #include "cuda/stream_read.cuh"
 #include "dispatch/bench_hooks.h"
 
+#ifdef QMOE_D90_TRACE
+namespace qmoe::cuda {
+void decode90_trace_dump(const char* path);  // moe_decode.cu (diagnostic build)
+}
+#endif
+
 namespace qmoe::detail {
 namespace {
 
@@ -362,6 +368,18 @@ BenchResult cuda_bench(const BenchProblem& p, int warmup, int iters, double sett
     ts.push_back(ms);
   }
   for (auto& e : ev) cudaEventDestroy(e);
+#ifdef QMOE_D90_TRACE
+  if (const char* path = std::getenv("QMOE_D90_TRACE_FILE"); path != nullptr) {
+    if (FILE* f = std::fopen(path, "a")) {
+      std::vector<float> v = ts;
+      std::sort(v.begin(), v.end());
+      std::fprintf(f, "# row E=%d topk=%d H=%d I=%d m=%lld kernels=%s us=%.1f\n", E, K, H, I, static_cast<long long>(M),
+                   cuda::forward_kernels(L.ex, M, K).c_str(), v.empty() ? 0.0 : v[v.size() / 2] * 1e3);
+      std::fclose(f);
+    }
+    cuda::decode90_trace_dump(path);
+  }
+#endif
   // QMOE_BENCH_TRACE=1: every replay's time to stderr (the sequence, for measurements of the method)
   if (const char* t = std::getenv("QMOE_BENCH_TRACE"); t != nullptr && t[0] == '1') {
     std::fprintf(stderr, "trace E=%d H=%d I=%d m=%lld:", E, H, I, static_cast<long long>(M));

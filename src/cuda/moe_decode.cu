@@ -21,9 +21,11 @@
 // fp8 mode 3, fp4 global scales) multiply the block's reduced fp32 sum once.
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include "cuda/cuda_moe.h"
 #include "cuda/device_common.cuh"
@@ -531,6 +533,31 @@ __global__ void __launch_bounds__(kThreads) moe_decode_kernel(const GemmParams p
 // leave room for one block per SM (decode90_fit). A math-free build streams 88-90% of DRAM
 // bandwidth at three blocks per SM (bf16 mixtral-8x7b GEMM1); with int4 math, ~50%: the consumers'
 // instructions (ncu: ~130 per 512-byte atom, 44 of them dequantization) are the limit.
+#ifdef QMOE_D90_TRACE
+// Diagnostic build only (scripts/build_variant.sh NAME "-DQMOE_D90_TRACE" moe_decode.cu bench.cu):
+// per block of the bulk decode kernel's latest GEMM1 / GEMM2 launch (each launch overwrites),
+// %globaltimer (ns) at: 0 entry, 1 the consumers past pdl_wait, 2 the first M-block's rows staged,
+// 3 the first stage's weights there, 4 item 0's atoms done, 5 item 0's epilogue done (warp 0),
+// 6 the block's last item done, 7 smid | items << 16, 8 the producer's first copy issued, 9 its last.
+// qmoe bench writes the records of its last replay to QMOE_D90_TRACE_FILE (bench/d90_trace.py).
+constexpr int kD90TraceMax = 4096, kD90TraceF = 10;
+__device__ unsigned long long g_d90_trace[2][kD90TraceMax * kD90TraceF];
+int g_d90_grid[2] = {0, 0};  // blocks of the latest GEMM1 / GEMM2 launch (host)
+__device__ __forceinline__ unsigned long long d90_gtimer() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(t));
+  return t;
+}
+#define QMOE_D90_T(i, v)                                                                                 \
+  do {                                                                                                 \
+    const unsigned b_ = blockIdx.x + gridDim.x * blockIdx.z;                                           \
+    if (b_ < kD90TraceMax) g_d90_trace[(p.stage - 1) & 1][b_ * kD90TraceF + (i)] = (v);                  \
+  } while (0)
+#else
+#define QMOE_D90_T(i, v) \
+  do {                   \
+  } while (0)
+#endif
 constexpr int kStages90 = 2;
 constexpr int kMaxStages90 = 8;
 
@@ -599,6 +626,12 @@ __global__ void __launch_bounds__(kThreads90, dec90_min_blocks<F, MODE, R>())
   // programmatic dependent launch: the weights never depend on the previous kernel, the expert ids
   // and M-block count do unless p.ids_ready (then the producer streams before the previous kernel
   // ends); the consumers wait before they read the rows (below). Every block waits before it exits.
+#ifdef QMOE_D90_TRACE
+  if (threadIdx.x == 0) {
+    for (int i = 1; i < kD90TraceF; ++i) QMOE_D90_T(i, 0ull);
+    QMOE_D90_T(0, d90_gtimer());
+  }
+#endif
   if (!p.ids_ready) pdl_wait();
   const int split = blockIdx.z;
   const int ntiles = p.np / kDecodeTileN;
@@ -632,6 +665,13 @@ __global__ void __launch_bounds__(kThreads90, dec90_min_blocks<F, MODE, R>())
     }
   };
   const Item first{item0, item0 / ntiles, item0 % ntiles};
+#ifdef QMOE_D90_TRACE
+  if (threadIdx.x == 0) {
+    uint32_t smid;
+    asm volatile("mov.u32 %0, %%smid;\n" : "=r"(smid));
+    QMOE_D90_T(7, static_cast<unsigned long long>(item1 - item0) << 16 | smid);
+  }
+#endif
   const int ktiles = p.kp / 64;
   const int kt0 = split * p.ktiles_per_split;
   const int kt1 = min(ktiles, kt0 + p.ktiles_per_split);
@@ -752,6 +792,10 @@ __global__ void __launch_bounds__(kThreads90, dec90_min_blocks<F, MODE, R>())
                 p.w + ((static_cast<size_t>(e) * (p.np / 16) + nb * kNT + nt) * katoms + kt0 * APK + a0) * U;
             bulk_load(sW + slot * stage_bytes + nt * per_stage * U, src, n * U, &full[slot]);
           }
+#ifdef QMOE_D90_TRACE
+          if (st == 0 && c.it == first.it) QMOE_D90_T(8, d90_gtimer());
+          QMOE_D90_T(9, d90_gtimer());
+#endif
         }
       }
     }
@@ -760,6 +804,7 @@ __global__ void __launch_bounds__(kThreads90, dec90_min_blocks<F, MODE, R>())
 
   // ---- consumers
   pdl_wait();  // the rows (and row scales) come from the previous kernel
+  if (tid == 0) QMOE_D90_T(1, d90_gtimer());
   pdl_trigger();
   constexpr int kCT = kDecodeWarps * 32;  // consumer threads
   const int xstride = krange_alloc * 2 + 16;
@@ -834,6 +879,7 @@ __global__ void __launch_bounds__(kThreads90, dec90_min_blocks<F, MODE, R>())
       cp_async_commit();
       cp_async_wait<0>();
       asm volatile("bar.sync 1, %0;\n" ::"r"(kCT) : "memory");
+      if (tid == 0 && ti == 0) QMOE_D90_T(2, d90_gtimer());
     }
     mbar_wait(&sfull[buf], (ti >> 1) & 1);  // this item's column scales / zero points
     const float* cs = sCS + buf * nch * 32;
@@ -898,6 +944,7 @@ __global__ void __launch_bounds__(kThreads90, dec90_min_blocks<F, MODE, R>())
       const int a0 = st * per_stage + kj * slab_atoms;  // first atom of this warp's slab (block-relative)
       const int na = min(slab_atoms, natoms - a0);
       mbar_wait(&full[slot], rp.phase);
+      if (tid == 0 && ti == 0 && st == 0) QMOE_D90_T(3, d90_gtimer());
 #ifdef QMOE_D90_NOCOMPUTE  // measurement build (docs/perf.md): the ring and item steps alone, no math
       if (false) {
 #else
@@ -1001,6 +1048,7 @@ __global__ void __launch_bounds__(kThreads90, dec90_min_blocks<F, MODE, R>())
       if (lane == 0) mbar_arrive(&empty[slot]);
     }
     if (lane == 0) mbar_arrive(&sempty[buf]);  // the last read of this item's scales is behind
+    if (tid == 0 && ti == 0) QMOE_D90_T(4, d90_gtimer());
 
     // ---- reduce the K groups of each column (in K order), then the epilogue. Two buffers (where
     //      two blocks still fit an SM): a warp writes item ti's sums only after item ti - 1's
@@ -1032,6 +1080,10 @@ __global__ void __launch_bounds__(kThreads90, dec90_min_blocks<F, MODE, R>())
     // no barrier here: the next item's sums go to the other buffer or wait for redfree, rows are
     // restaged behind a barrier at an M-block change, and the scale producer refills this item's
     // scale buffer after sempty
+    if (tid == 0) {
+      if (ti == 0) QMOE_D90_T(5, d90_gtimer());
+      QMOE_D90_T(6, d90_gtimer());
+    }
     cur = nxt;
   }
 #endif
@@ -1126,6 +1178,9 @@ void launch_one90(int slab_kt, int max_rows, const GemmParams& p, cudaStream_t s
   blocks = std::min(blocks, items);
   dim3 grid(static_cast<unsigned>(blocks), 1, p.splits);
   launch_kernel(kern, grid, dim3(kThreads90), L.total, s, p, slab_atoms, max_rows, d.stages, d.red_bufs);
+#ifdef QMOE_D90_TRACE
+  g_d90_grid[(p.stage - 1) & 1] = static_cast<int>(blocks * p.splits);
+#endif
 }
 
 template <class Op, bool SM90, int R = 8>
@@ -1241,5 +1296,29 @@ void launch_moe_decode(bool f16, WFmt fmt, int mode, int slab_ktiles, int max_ro
     else launch_fmt<BF16, false>(fmt, mode, slab_ktiles, max_rows, p, s);
   }
 }
+
+#ifdef QMOE_D90_TRACE
+// Appends the latest GEMM1 / GEMM2 records (see QMOE_D90_T) to path: "# stage S blocks B", then
+// one line per block: index and the ten fields.
+void decode90_trace_dump(const char* path) {
+  QMOE_CUDA_OK(cudaDeviceSynchronize());
+  std::vector<unsigned long long> t(2 * kD90TraceMax * kD90TraceF);
+  QMOE_CUDA_OK(cudaMemcpyFromSymbol(t.data(), g_d90_trace, t.size() * sizeof(unsigned long long)));
+  FILE* f = std::fopen(path, "a");
+  if (f == nullptr) return;
+  for (int st = 0; st < 2; ++st) {
+    const int n = std::min(g_d90_grid[st], kD90TraceMax);
+    if (n == 0) continue;
+    std::fprintf(f, "# stage %d blocks %d\n", st + 1, g_d90_grid[st]);
+    for (int b = 0; b < n; ++b) {
+      std::fprintf(f, "%d", b);
+      for (int i = 0; i < kD90TraceF; ++i) std::fprintf(f, " %llu", t[(static_cast<size_t>(st) * kD90TraceMax + b) * kD90TraceF + i]);
+      std::fprintf(f, "\n");
+    }
+    g_d90_grid[st] = 0;
+  }
+  std::fclose(f);
+}
+#endif
 
 }  // namespace qmoe::cuda

@@ -133,6 +133,15 @@ double now_us() {
   return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
+// anchors.md's floor, µs: max(bytes / read bandwidth, FLOPs / dot peak); a peak <= 0 (not measured:
+// the scalar CPU path) leaves the bandwidth term alone. (Until the fifteenth session an unmeasured
+// peak was taken as 1 GFLOP/s, which made the FLOP term the floor on every CPU without AVX-512:
+// floors of tens of ms and "% of floor" in the thousands.)
+double bench_floor_us(double bytes, double read_gbps, double flops, double peak_gflops) {
+  const double mem = bytes / (read_gbps * 1e3);
+  return peak_gflops > 0 ? std::max(mem, flops / (peak_gflops * 1e3)) : mem;
+}
+
 struct Opts {
   std::string backend = "cpu";
   std::vector<std::string> shapes;
@@ -183,10 +192,9 @@ int run_bench(const Opts& o) {
     bf16_gflops = cpu::measure_bf16_dot_gflops();
     int8_gops = cpu::measure_int8_dot_gops();
     std::printf("device: %s\nstreaming read: %.1f GB/s (best of 5 x 1 GiB, all threads; each row re-probes 5 x 256 MiB)\n"
-                "bf16 dot peak (vdpbf16ps): %.0f GFLOP/s; int8 dot peak (vpdpbusd): %.0f GOP/s\n\n",
-                device.c_str(), read_gbps, bf16_gflops, int8_gops);
-    if (bf16_gflops <= 0) bf16_gflops = 1;  // no AVX-512: the floor is the bandwidth term only
-    if (int8_gops <= 0) int8_gops = 1;
+                "bf16 dot peak (%s): %.0f GFLOP/s; int8 dot peak (%s): %.0f GOP/s%s\n\n",
+                device.c_str(), read_gbps, cpu::bf16_dot_instruction(), bf16_gflops, cpu::int8_dot_instruction(),
+                int8_gops, bf16_gflops > 0 ? "" : " (scalar kernels: no peak, the floor is the bandwidth term alone)");
   } else {
 #if defined(QMOE_HAVE_CUDA)
     std::string why;
@@ -281,7 +289,7 @@ int run_bench(const Opts& o) {
           std::ifstream la("/proc/loadavg");
           if (!(la >> r.load_avg)) r.load_avg = -1;
         }
-        r.floor_us = std::max(bytes / (r.read_gbps * 1e3), flops / (peak * 1e3));
+        r.floor_us = bench_floor_us(bytes, r.read_gbps, flops, peak);
         r.pct_floor = 100 * r.floor_us / r.us;
         r.tbps = bytes / r.us * 1e-6;
         r.tflops = flops / r.us * 1e-6;

@@ -1,8 +1,9 @@
 // Machine ceilings for `qmoe bench --backend cpu`, measured in the same run as the kernels:
 // streaming read bandwidth (all OpenMP threads reading disjoint slices of a buffer larger than the
-// last-level cache), and the dot-product peaks of the instructions the kernels use (vdpbf16ps for
-// bf16, vpdpbusd for int8; register-only loops, all threads). Also a cache flush for cold-weight
-// timing. The AVX-512 loops live in cpu_probe_avx512.cpp and run only when the CPU has them.
+// last-level cache), and the dot-product peaks of the instructions the kernels of the selected ISA
+// use (avx512: vdpbf16ps for bf16, vpdpbusd for int8; avx2: vfmadd231ps, vpmaddwd; register-only
+// loops, all threads). Also a cache flush for cold-weight timing. The SIMD loops live in
+// cpu_probe_avx512.cpp / cpu_probe_avx2.cpp and run only when the CPU has them.
 #pragma once
 #include <cstddef>
 #include <string>
@@ -11,10 +12,16 @@ namespace qmoe::cpu {
 
 // GB/s (1e9 bytes per second), the best of `reps` passes over `bytes`.
 double measure_read_gbps(size_t bytes = size_t(1) << 30, int reps = 5);
-// GFLOP/s of bf16 dot products (2 flops per multiply-add); 0 when the CPU lacks AVX512-BF16.
+// GFLOP/s of the bf16 products of the kernels that run here (cpu_isa(); 2 flops per multiply-add):
+// avx512 vdpbf16ps, avx2 vfmadd231ps (bf16 widened to fp32); 0 on the scalar path (no peak: the
+// bench's floor is then the bandwidth term alone).
 double measure_bf16_dot_gflops();
-// GOP/s of int8 dot products (2 ops per multiply-add); 0 when the CPU lacks AVX512-VNNI.
+// GOP/s of the int8-activation products likewise (2 ops per multiply-add): avx512 vpdpbusd, avx2
+// vpmaddwd + vpaddd; 0 on the scalar path.
 double measure_int8_dot_gops();
+// The instruction measure_bf16_dot_gflops / measure_int8_dot_gops time on this ISA ("-" if none).
+const char* bf16_dot_instruction();
+const char* int8_dot_instruction();
 // Evicts the caches by reading a buffer of `bytes` (default: 4 x 64 MiB sized for large LLCs).
 void flush_caches(size_t bytes = size_t(256) << 20);
 // "AMD EPYC ..., 2 threads" from /proc/cpuinfo and OpenMP.
@@ -25,5 +32,10 @@ unsigned long long read_sum(const void* p, size_t bytes);
 double bf16_dot_loop(long iters);  // returns flops executed
 double int8_dot_loop(long iters);  // returns ops executed
 }  // namespace avx512
+namespace avx2 {
+unsigned long long read_sum(const void* p, size_t bytes);
+double fma_loop(long iters);     // returns flops executed
+double madd16_loop(long iters);  // returns ops executed
+}  // namespace avx2
 
 }  // namespace qmoe::cpu

@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -243,6 +244,45 @@ TEST(Cli, ShardIndexThatDoesNotMatchTheShards) {
   edit_index(dir, [&](nlohmann::json& wm) { wm[ghost] = s3; });
   expect_error_line(qmoe_cmd("verify " + dir, "absent_tensor"),
                     {"model.safetensors.index.json", ghost, "listed in shard '" + s3 + "'", "missing from it"});
+}
+
+// ---- `qmoe bench --backend cpu`: the floor is max(bytes / read, FLOPs / dot peak), and where the
+//      kernels have no dot peak to measure (the scalar path, forced here) the bandwidth term alone.
+//      Until the fifteenth session an unmeasured peak counted as 1 GFLOP/s, which put the floor of
+//      every row of a CPU without AVX-512 at FLOPs / 1 GFLOP/s (here 128 µs against ~1 µs of bytes).
+//      The JSON row carries what the check needs: tbps x us = bytes, read_gbps, tflops x us = FLOPs,
+//      bf16_gflops. On the machine's own ISA (not forced) a SIMD path reports a positive peak. ----
+TEST(Cli, CpuBenchFloorUsesTheMeasuredPeakOrBandwidthAlone) {
+  const std::string dir = std::string(QMOE_BINARY_DIR) + "/test_cli_bench";
+  std::filesystem::create_directories(dir);
+  for (int forced = 1; forced >= 0; --forced) {
+    if (forced) setenv("QMOE_CPU_ISA", "scalar", 1);
+    const std::string json = dir + (forced ? "/scalar.json" : "/native.json");
+    Result r = qmoe_cmd("bench --backend cpu --shape 4,2,256,128 --m 1,8 --scheme bf16,int8 --iters 1 --warmup 0 --json " +
+                            json, forced ? "bench_scalar" : "bench_native");
+    if (forced) unsetenv("QMOE_CPU_ISA");
+    ASSERT_EQ(r.code, 0) << r.err;
+    std::ifstream f(json);
+    nlohmann::json rows = nlohmann::json::parse(f);
+    ASSERT_EQ(rows.size(), 4u) << rows.dump();
+    for (const auto& row : rows) {
+      const double us = row["us"], bytes = double(row["tbps"]) * us * 1e6, flops = double(row["tflops"]) * us * 1e6;
+      const double mem_us = bytes / (double(row["read_gbps"]) * 1e3);
+      const double peak = row["bf16_gflops"];
+      const std::string what = row.dump();
+      if (forced) {
+        EXPECT_EQ(peak, 0.0) << what;
+        EXPECT_NEAR(double(row["floor_us"]), mem_us, 1e-6 * mem_us + 1e-9) << what;
+      } else {
+        const bool simd = r.out.find("dot peak (-)") == std::string::npos;
+        if (simd) EXPECT_GT(peak, 0.0) << what;
+        const double want = peak > 0 ? std::max(mem_us, flops / (peak * 1e3)) : mem_us;
+        EXPECT_NEAR(double(row["floor_us"]), want, 1e-6 * want + 1e-9) << what;
+      }
+      EXPECT_LT(double(row["floor_us"]), 1e3) << what;  // a 4-expert 256 x 128 layer: far below a millisecond
+    }
+  }
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

@@ -75,7 +75,13 @@ inline __m256 scales8(ScaleKind k, const uint8_t* sp, int h) {
 // right away, instead of a whole fp32 panel written to the scratch and read back per row. Per segment (weight group, activation group or all of K) the
 // sums are scaled once, as in the portable kernel; the summation order within a segment differs
 // (numerics.md: fp32 order only). CK: the code kind; T: the activation rows.
-template <CodeKind CK, int T>
+// OFF (int4 codes whose zero point is constant over a segment): each code u enters as the fp32 value
+// 128 + u, built by two bit operations (nibble into bits 16..19 of 0x43000000) instead of four
+// (mask, convert, subtract z); the segment's sum loses (128 + z) x the token's sum over the segment:
+// sum x (u - z) = sum x (128 + u) - (128 + z) sum x. Each product is exact (8-bit x 8-bit
+// mantissas); the subtraction costs ~4 bits of the fp32 partial's 24 (128 + u against u - z), far
+// below the bf16 output's rounding.
+template <CodeKind CK, int T, bool OFF = false>
 void fused(const GemmJob& j, int seg, float* C) {
   const PackedProj& w = *j.w;
   const ActBuf& a = *j.a;
@@ -92,10 +98,33 @@ void fused(const GemmJob& j, int seg, float* C) {
       std::memcpy(d, a.row<float>(j.row0 + t), sizeof(float) * size_t(Kp));
     }
   }
+  // OFF: each token's sum over each segment (8 lanes, then across them: a fixed order), after the
+  // rows. (A sequential scalar sum, one dependent add per column, measured slower than it saves.)
+  const int nseg = (Kp + seg - 1) / seg;
+  float* sx = af + size_t(T) * Kp;
+  if constexpr (OFF) {
+    for (int t = 0; t < T; ++t)
+      for (int g = 0; g < nseg; ++g) {
+        const float* d = af + size_t(t) * Kp;
+        __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+        const int ke = std::min(Kp, (g + 1) * seg);  // segments and k_pad are multiples of 8
+        int k = g * seg;
+        for (; k + 16 <= ke; k += 16) {
+          s0 = _mm256_add_ps(s0, _mm256_loadu_ps(d + k));
+          s1 = _mm256_add_ps(s1, _mm256_loadu_ps(d + k + 8));
+        }
+        if (k < ke) s0 = _mm256_add_ps(s0, _mm256_loadu_ps(d + k));
+        s0 = _mm256_add_ps(s0, s1);
+        const __m128 q = _mm_add_ps(_mm256_castps256_ps128(s0), _mm256_extractf128_ps(s0, 1));
+        const __m128 p2 = _mm_add_ps(q, _mm_movehl_ps(q, q));
+        sx[t * nseg + g] = _mm_cvtss_f32(_mm_add_ss(p2, _mm_shuffle_ps(p2, p2, 1)));
+      }
+  }
   const size_t sb = scale_kind_bytes(w.gscale_kind);
   const __m256 mag = _mm256_setr_ps(0.f, 0.5f, 1.f, 1.5f, 2.f, 3.f, 4.f, 6.f);
   const __m256i m4 = _mm256_set1_epi32(0xF), m3 = _mm256_set1_epi32(7), s8 = _mm256_set1_epi32(8);
   const __m256i hi16 = _mm256_set1_epi32(static_cast<int>(0xFFFF0000u)), lo16 = _mm256_set1_epi32(0xFFFF);
+  const __m256i m16 = _mm256_set1_epi32(0x000F0000), c43 = _mm256_set1_epi32(0x43000000);
   const int zgk = w.has_zp ? w.zp_group : Kp;
   for (int half = 0; half < 2; ++half) {
     const int pn = 2 * j.pair + half;
@@ -125,11 +154,18 @@ void fused(const GemmJob& j, int seg, float* C) {
       if constexpr (CK == CodeKind::kInt4 || CK == CodeKind::kFp4) {
         // kWord4: block b (8 k) as dwords, row 8h + r in dword r of half h: kpair qq's nibble in bits
         // [4 qq, + 4) of the low word (even k) and of the high word (odd k); immediate shifts
+        if constexpr (OFF)  // the segment's zero points (constant over it)
+          z[0] = zero8(w, zp, k0 / zgk, 0), z[1] = zero8(w, zp, k0 / zgk, 1);
         for (int b = k0 / 8; b < k1 / 8; ++b) {
-          if (CK == CodeKind::kInt4 && (8 * b) % zgk == 0)
+          if (CK == CodeKind::kInt4 && !OFF && (8 * b) % zgk == 0)
             z[0] = zero8(w, zp, 8 * b / zgk, 0), z[1] = zero8(w, zp, 8 * b / zgk, 1);
           __m256i d[2];
           for (int h = 0; h < 2; ++h) d[h] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pc + size_t(b) * 64 + 32 * h));
+          // OFF: the nibble already at bits 16..19 (kpair qq's even-k nibble shifted left by
+          // 16 - 4 qq, its odd-k nibble right by 4 qq): 128 + u
+          const auto value_off = [&](__m256i u) {
+            return _mm256_castsi256_ps(_mm256_or_si256(_mm256_and_si256(u, m16), c43));
+          };
           const auto value = [&](__m256i u, int h) {
             u = _mm256_and_si256(u, m4);
             if constexpr (CK == CodeKind::kFp4) {
@@ -143,8 +179,13 @@ void fused(const GemmJob& j, int seg, float* C) {
             constexpr int qq = decltype(qq_tag)::value;
             __m256 v[2][2];
             for (int h = 0; h < 2; ++h) {
-              v[0][h] = value(_mm256_srli_epi32(d[h], 4 * qq), h);
-              v[1][h] = value(_mm256_srli_epi32(d[h], 16 + 4 * qq), h);
+              if constexpr (OFF) {
+                v[0][h] = value_off(_mm256_slli_epi32(d[h], 16 - 4 * qq));
+                v[1][h] = value_off(qq == 0 ? d[h] : _mm256_srli_epi32(d[h], 4 * qq));
+              } else {
+                v[0][h] = value(_mm256_srli_epi32(d[h], 4 * qq), h);
+                v[1][h] = value(_mm256_srli_epi32(d[h], 16 + 4 * qq), h);
+              }
             }
             dot(8 * b + 2 * qq, v);
           };
@@ -202,6 +243,8 @@ void fused(const GemmJob& j, int seg, float* C) {
         for (int h = 0; h < 2; ++h) {
           __m256 sum = acc[t][h][0];
           if constexpr (NC == 2) sum = _mm256_add_ps(sum, acc[t][h][1]);
+          if constexpr (OFF)  // - (128 + z) x the token's sum over the segment
+            sum = _mm256_fnmadd_ps(_mm256_add_ps(z[h], _mm256_set1_ps(128.f)), _mm256_set1_ps(sx[t * nseg + g]), sum);
           out[t][h] = _mm256_fmadd_ps(sum, _mm256_mul_ps(ws[h], _mm256_set1_ps(tg)), out[t][h]);
         }
       }
@@ -315,13 +358,13 @@ void fused_s8_t(const GemmJob& j, int seg, float* C) {
   }
 }
 
-template <CodeKind CK>
+template <CodeKind CK, bool OFF = false>
 void fused_t(const GemmJob& j, int seg, float* C) {
   switch (j.nrows) {
-    case 1: fused<CK, 1>(j, seg, C); break;
-    case 2: fused<CK, 2>(j, seg, C); break;
-    case 3: fused<CK, 3>(j, seg, C); break;
-    default: fused<CK, 4>(j, seg, C); break;
+    case 1: fused<CK, 1, OFF>(j, seg, C); break;
+    case 2: fused<CK, 2, OFF>(j, seg, C); break;
+    case 3: fused<CK, 3, OFF>(j, seg, C); break;
+    default: fused<CK, 4, OFF>(j, seg, C); break;
   }
 }
 
@@ -353,7 +396,10 @@ bool fused_gemm(const GemmJob& j) {
       case CodeKind::kBF16: fused_t<CodeKind::kBF16>(s, seg, C); break;
       case CodeKind::kInt8: fused_t<CodeKind::kInt8>(s, seg, C); break;
       case CodeKind::kFp8: fused_t<CodeKind::kFp8>(s, seg, C); break;
-      case CodeKind::kInt4: fused_t<CodeKind::kInt4>(s, seg, C); break;
+      case CodeKind::kInt4:  // 128 + u operands where the zero point is constant over each segment
+        if (!w.has_zp || w.zp_group % seg == 0) fused_t<CodeKind::kInt4, true>(s, seg, C);
+        else fused_t<CodeKind::kInt4>(s, seg, C);
+        break;
       default: fused_t<CodeKind::kFp4>(s, seg, C); break;
     }
     generic::finish(s, C);

@@ -122,7 +122,7 @@ void fused(const GemmJob& j, int seg, float* C) {
   }
   const size_t sb = scale_kind_bytes(w.gscale_kind);
   const __m256 mag = _mm256_setr_ps(0.f, 0.5f, 1.f, 1.5f, 2.f, 3.f, 4.f, 6.f);
-  const __m256i m4 = _mm256_set1_epi32(0xF), m3 = _mm256_set1_epi32(7), s8 = _mm256_set1_epi32(8);
+  const __m256i m4 = _mm256_set1_epi32(0xF), s8 = _mm256_set1_epi32(8);
   const __m256i hi16 = _mm256_set1_epi32(static_cast<int>(0xFFFF0000u)), lo16 = _mm256_set1_epi32(0xFFFF);
   const __m256i m16 = _mm256_set1_epi32(0x000F0000), c43 = _mm256_set1_epi32(0x43000000);
   const int zgk = w.has_zp ? w.zp_group : Kp;
@@ -167,12 +167,12 @@ void fused(const GemmJob& j, int seg, float* C) {
             return _mm256_castsi256_ps(_mm256_or_si256(_mm256_and_si256(u, m16), c43));
           };
           const auto value = [&](__m256i u, int h) {
-            u = _mm256_and_si256(u, m4);
             if constexpr (CK == CodeKind::kFp4) {
-              const __m256 m = _mm256_permutevar8x32_ps(mag, _mm256_and_si256(u, m3));
+              // vpermps reads index bits 0..2 only, and the sign is bit 3 alone: no nibble masks
+              const __m256 m = _mm256_permutevar8x32_ps(mag, u);
               return _mm256_xor_ps(m, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_and_si256(u, s8), 28)));
             } else {
-              return _mm256_sub_ps(_mm256_cvtepi32_ps(u), z[h]);
+              return _mm256_sub_ps(_mm256_cvtepi32_ps(_mm256_and_si256(u, m4)), z[h]);
             }
           };
           const auto kpair = [&](auto qq_tag) {

@@ -126,6 +126,11 @@ void fused(const GemmJob& j, int seg, float* C) {
   const __m256i hi16 = _mm256_set1_epi32(static_cast<int>(0xFFFF0000u)), lo16 = _mm256_set1_epi32(0xFFFF);
   const __m256i m16 = _mm256_set1_epi32(0x000F0000), c43 = _mm256_set1_epi32(0x43000000);
   const int zgk = w.has_zp ? w.zp_group : Kp;
+  // software prefetch, one line per 64 bytes of codes: the same line of the next job's panel (two
+  // panels on: a thread's jobs run in contiguous runs) where a job holds <= 128 KiB, else 4 KiB
+  // ahead (the AVX-512 kernels' rule, cpu_kernels_avx512.cpp fused_pf)
+  const size_t job_bytes = 2 * w.panel_bytes;
+  const size_t pf = job_bytes <= 131072 ? job_bytes : 4096;
   for (int half = 0; half < 2; ++half) {
     const int pn = 2 * j.pair + half;
     const uint8_t* pc = w.panel(j.e, pn);
@@ -160,6 +165,7 @@ void fused(const GemmJob& j, int seg, float* C) {
           if (CK == CodeKind::kInt4 && !OFF && (8 * b) % zgk == 0)
             z[0] = zero8(w, zp, 8 * b / zgk, 0), z[1] = zero8(w, zp, 8 * b / zgk, 1);
           __m256i d[2];
+          _mm_prefetch(reinterpret_cast<const char*>(pc + size_t(b) * 64 + pf), _MM_HINT_T0);
           for (int h = 0; h < 2; ++h) d[h] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pc + size_t(b) * 64 + 32 * h));
           // OFF: the nibble already at bits 16..19 (kpair qq's even-k nibble shifted left by
           // 16 - 4 qq, its odd-k nibble right by 4 qq): 128 + u
@@ -197,6 +203,9 @@ void fused(const GemmJob& j, int seg, float* C) {
       } else {
         for (int q = k0 / 2; q < k1 / 2; ++q) {
           const int k = 2 * q;
+          // 64 bytes per kpair (bf16) or per two (8-bit codes)
+          if (CK == CodeKind::kBF16 || (q & 1) == 0)
+            _mm_prefetch(reinterpret_cast<const char*>(pc + size_t(q) * (CK == CodeKind::kBF16 ? 64 : 32) + pf), _MM_HINT_T0);
           __m256 v[2][2];  // [k % 2][half of the rows]
           if constexpr (CK == CodeKind::kBF16) {
             for (int h = 0; h < 2; ++h) {

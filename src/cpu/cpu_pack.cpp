@@ -282,6 +282,11 @@ PackedProj pack_proj(const ExpertWeights& w, const ProjWeights& p, bool is_w13) 
   }
   o.source_bytes_per_expert = double(wt.nbytes() + (p.scale.defined() ? p.scale.nbytes() : 0) +
                                      (p.zero_point.defined() ? p.zero_point.nbytes() : 0)) / E;
+  if (o.code == CodeKind::kFp8) {
+    const uint8_t* c = o.codes.data();
+    const size_t n = size_t(E) * o.num_panels * o.panel_bytes;
+    for (size_t i = 0; i < n && !o.fp8_nan; ++i) o.fp8_nan = (c[i] & 0x7F) == 0x7F;
+  }
   return o;
 }
 

@@ -77,6 +77,9 @@ struct PackedProj {
   // kInt8 without zero points: the codes are stored as the signed value u - zsym (a two's
   // complement byte), so the kernels sign-extend instead of subtracting the zero point.
   bool s8 = false;
+  // kFp8: some code is an e4m3 NaN (S.1111.111); the avx2 kernel's fp16 decode (cpu_kernels_avx2.cpp)
+  // does not carry NaN, such weights take its exact e4m3 decode
+  bool fp8_nan = false;
   bool has_zp = false;
   int zp_group = 0, zp_groups = 1;
   AlignedBytes zp;

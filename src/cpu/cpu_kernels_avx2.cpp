@@ -70,6 +70,14 @@ inline __m256 scales8(ScaleKind k, const uint8_t* sp, int h) {
   }
 }
 
+// Software prefetch distance of the fused kernels, bytes past the line being read: the same line of
+// the next job's panel (two panels on: a thread's jobs run in contiguous runs) where a job holds
+// <= 128 KiB, else 4 KiB ahead (the AVX-512 kernels' rule, cpu_kernels_avx512.cpp fused_pf).
+inline size_t prefetch_ahead(const PackedProj& w) {
+  const size_t job_bytes = 2 * w.panel_bytes;
+  return job_bytes <= 131072 ? job_bytes : 4096;
+}
+
 // Fused decode-and-dot, T <= 4 activation rows per pass (as the AVX-512 kernels do for few rows):
 // each kpair (2 k x 16 rows) is decoded into four registers and multiplied into every row's sums
 // right away, instead of a whole fp32 panel written to the scratch and read back per row. Per segment (weight group, activation group or all of K) the
@@ -133,11 +141,7 @@ void fused(const GemmJob& j, int seg, float* C) {
   const __m256i hi16 = _mm256_set1_epi32(static_cast<int>(0xFFFF0000u)), lo16 = _mm256_set1_epi32(0xFFFF);
   const __m256i m16 = _mm256_set1_epi32(0x000F0000), c43 = _mm256_set1_epi32(0x43000000);
   const int zgk = w.has_zp ? w.zp_group : Kp;
-  // software prefetch, one line per 64 bytes of codes: the same line of the next job's panel (two
-  // panels on: a thread's jobs run in contiguous runs) where a job holds <= 128 KiB, else 4 KiB
-  // ahead (the AVX-512 kernels' rule, cpu_kernels_avx512.cpp fused_pf)
-  const size_t job_bytes = 2 * w.panel_bytes;
-  const size_t pf = job_bytes <= 131072 ? job_bytes : 4096;
+  const size_t pf = prefetch_ahead(w);  // one line per 64 bytes of codes
   for (int half = 0; half < 2; ++half) {
     const int pn = 2 * j.pair + half;
     const uint8_t* pc = w.panel(j.e, pn);
@@ -336,8 +340,7 @@ void fused_s8(const GemmJob& j, int seg, float* C) {
   };
   // software prefetch as in fused(), kVnni8 codes only: qwen3-30b-a3b / llama4-scout W8A8 M = 1 / 8
   // 1.12-1.18x, W4A8 (kVnni4) 0.84-0.97x (AVX2 EPYC, fifteenth session)
-  const size_t job_bytes = 2 * w.panel_bytes;
-  const size_t pf = job_bytes <= 131072 ? job_bytes : 4096;
+  const size_t pf = prefetch_ahead(w);
   for (int half = 0; half < 2; ++half) {
     const int pn = 2 * j.pair + half;
     const uint8_t* pc = w.panel(j.e, pn);

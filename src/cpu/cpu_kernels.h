@@ -44,6 +44,9 @@ enum class RowQuant : uint8_t {
   kFp8Static, // e4m3 with the given static scale; row_scale = s
   kInt8Token, // dynamic per-token int8 (fmt kS8); row_scale = s; group sums per weight group
   kNVFP4,     // e2m1 * e4m3 block scale stored as bf16 (exact); global handled by the caller
+  kS16,       // bf16 values in 16-bit block fixed point (fmt kS16; docs/numerics.md "Products"): per
+              // a.group columns q = rint(x * 2^(14 - E)), E = floor(log2(amax)) (>= -112),
+              // group_scale = 2^(E - 14), group_sum = sum q; exact where the block's exponents span <= 7
 };
 
 struct QuantRowArgs {
@@ -57,15 +60,20 @@ struct QuantRowArgs {
 using QuantRowFn = void (*)(const float* x, int n, const QuantRowArgs& q, ActBuf& a, int i);
 using GemmFn = void (*)(const GemmJob& j);
 
+// Whether the ISA's kernels take a projection's bf16 activations as RowQuant::kS16 (A16 int / fp4
+// codes on the avx2 kernels: integer dot products, cpu_kernels_avx2.cpp), and with which block.
+using Act16Fn = int (*)(const PackedProj& w);  // block (16 / 32 columns), 0 = keep bf16
+
 struct Kernels {
   GemmFn gemm;
   QuantRowFn quant_row;
   const char* name;
+  Act16Fn act16 = nullptr;
 };
 const Kernels& kernels_for(Isa isa);
 
 namespace scalar { void gemm(const GemmJob&); void quant_row(const float*, int, const QuantRowArgs&, ActBuf&, int); }
-namespace avx2 { void gemm(const GemmJob&); void quant_row(const float*, int, const QuantRowArgs&, ActBuf&, int); }
+namespace avx2 { void gemm(const GemmJob&); void quant_row(const float*, int, const QuantRowArgs&, ActBuf&, int); int act16(const PackedProj&); }
 namespace avx512 { void gemm(const GemmJob&); void quant_row(const float*, int, const QuantRowArgs&, ActBuf&, int); }
 
 }  // namespace qmoe::cpu

@@ -416,6 +416,149 @@ void fused_s8(const GemmJob& j, int seg, float* C) {
   }
 }
 
+// The same for bf16 activations taken as 16-bit block fixed point (ActFmt::kS16, RowQuant::kS16:
+// int16 codes q, a power-of-two factor per block of B = a.group columns, the block's sum of q) with
+// int4 / e2m1 (kWord4) and int8 (kPair) codes: the codes are widened to 16-bit words in registers
+// and `vpmaddwd` multiplies a word pair (row, k), (row, k + 1) with the token's (q_k, q_k+1) into
+// one int32 lane per row, exactly; per block the int32 sums lose the zero point (int codes u:
+// sum q (u - z) = sum q u - z sum q) or the e2m1 offset (codes enter as 2 e2m1 + 12, one
+// `vpshufb` from the nibble: sum q 2 e2m1 = sum q v - 12 sum q), and float(part) x (weight scale x
+// block factor) adds into the fp32 sums. Per 16 int4 codes and one token: 1.5 decode operations, a
+// multiply-add and an add (the fp32 kernel above: 6 operations and 2 FMAs); e2m1 2.25 + 2 (10 + 2).
+// Where the block's exponents span <= 7 the codes are the bf16 values exactly (docs/numerics.md
+// "Products"). e4m3 block scales (NVFP4, validated finite and > 0) as the fp16 value 2^-8 x theirs.
+template <CodeKind CK, int T>
+void fused_s16(const GemmJob& j, float* C) {
+  const PackedProj& w = *j.w;
+  const ActBuf& a = *j.a;
+  const int Kp = w.k_pad, B = a.group, nb = a.num_groups;
+  const int seg = w.group > 0 ? w.group : Kp;  // multiple of B (act16), or all of K
+  const size_t sb = scale_kind_bytes(w.gscale_kind);
+  const int16_t* xq[T];
+  const float* xs[T];
+  const int32_t* xsum[T];
+  for (int t = 0; t < T; ++t) {
+    xq[t] = a.row<int16_t>(j.row0 + t);
+    xs[t] = a.group_scale.data() + size_t(j.row0 + t) * nb;
+    xsum[t] = a.group_sum.data() + size_t(j.row0 + t) * nb;
+  }
+  // the token's (q_k, q_k+1) in every dword
+  const auto pair = [](const int16_t* p) {
+    int32_t v;
+    std::memcpy(&v, p, 4);
+    return _mm256_set1_epi32(v);
+  };
+  constexpr bool kFp4 = CK == CodeKind::kFp4;
+  const bool e4m3_fp16 = w.gscale_kind == ScaleKind::kE4M3;
+  // e2m1 values doubled (v = 2 e2m1 + 12 holds 2 e2m1); e4m3 scales as 2^-8 x theirs
+  const float cf = (kFp4 ? 0.5f : 1.f) * (e4m3_fp16 ? 256.f : 1.f);
+  const __m256i tab = _mm256_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0,
+                                       12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0);
+  const __m256i m000f = _mm256_set1_epi16(0x000F), m0f0f = _mm256_set1_epi16(0x0F0F), m00ff = _mm256_set1_epi16(0x00FF);
+  const int zgk = w.has_zp ? w.zp_group : Kp;
+  const size_t pf = prefetch_ahead(w);
+  for (int half = 0; half < 2; ++half) {
+    const int pn = 2 * j.pair + half;
+    const uint8_t* pc = w.panel(j.e, pn);
+    const uint8_t* zp = w.has_zp ? w.zp_panel(j.e, pn) : nullptr;
+    const uint8_t* gs = w.group > 0 ? w.gscale_panel(j.e, pn) : nullptr;
+    __m256 out[T][2];
+    for (int t = 0; t < T; ++t) out[t][0] = out[t][1] = _mm256_setzero_ps();
+    for (int k0 = 0; k0 < Kp; k0 += seg) {
+      const int k1 = std::min(Kp, k0 + seg);
+      const int g = k0 / seg;
+      __m256 ws[2] = {_mm256_set1_ps(1.f), _mm256_set1_ps(1.f)};
+      if (gs && g >= w.num_groups) {  // K padding only: zero weights, no scale to read
+        ws[0] = ws[1] = _mm256_setzero_ps();
+      } else if (gs && e4m3_fp16) {  // code in a word's high byte, shifted down one: fp16 bits of 2^-8 x s
+        const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(gs + size_t(g) * kPanelRows));
+        ws[0] = _mm256_cvtph_ps(_mm_srli_epi16(_mm_unpacklo_epi8(_mm_setzero_si128(), b), 1));
+        ws[1] = _mm256_cvtph_ps(_mm_srli_epi16(_mm_unpackhi_epi8(_mm_setzero_si128(), b), 1));
+      } else if (gs) {
+        const uint8_t* sp = gs + size_t(g) * kPanelRows * sb;
+        for (int h = 0; h < 2; ++h) ws[h] = scales8(w.gscale_kind, sp, h);
+      }
+      for (int kb = k0; kb < k1; kb += B) {
+        const int kb1 = std::min(k1, kb + B);
+        __m256i acc[T][2];
+        for (int t = 0; t < T; ++t) acc[t][0] = acc[t][1] = _mm256_setzero_si256();
+        if constexpr (CK == CodeKind::kInt8) {  // kPair: kpair q of rows 8h .. 8h + 7 in bytes 32 q + 16 h
+          for (int q = kb / 2; q < kb1 / 2; q += 2) {  // blocks are multiples of 4 columns
+            _mm_prefetch(reinterpret_cast<const char*>(pc + size_t(q) * 32 + pf), _MM_HINT_T0);
+            __m256i v[2][2];
+            for (int i = 0; i < 2; ++i)
+              for (int h = 0; h < 2; ++h) {
+                const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(pc + size_t(q + i) * 32 + 16 * h));
+                v[i][h] = w.s8 ? _mm256_cvtepi8_epi16(b) : _mm256_cvtepu8_epi16(b);
+              }
+            for (int t = 0; t < T; ++t) {
+              const __m256i x0 = pair(xq[t] + 2 * q), x1 = pair(xq[t] + 2 * q + 2);
+              for (int h = 0; h < 2; ++h)
+                acc[t][h] = _mm256_add_epi32(acc[t][h], _mm256_add_epi32(_mm256_madd_epi16(v[0][h], x0), _mm256_madd_epi16(v[1][h], x1)));
+            }
+          }
+        } else {  // kWord4: 8 columns per 64 bytes; word r * 2 + k % 2 of a half holds kpair qq in bits 4 qq ..
+          for (int b = kb / 8; b < kb1 / 8; ++b) {
+            _mm_prefetch(reinterpret_cast<const char*>(pc + size_t(b) * 64 + pf), _MM_HINT_T0);
+            __m256i v[4][2];  // [kpair qq][half]: 8 rows x (k, k + 1) as words
+            for (int h = 0; h < 2; ++h) {
+              const __m256i d = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pc + size_t(b) * 64 + 32 * h));
+              if constexpr (kFp4) {  // bytes hold kpairs (0, 1) and (2, 3): look both nibbles up, then split
+                const __m256i lo = _mm256_shuffle_epi8(tab, _mm256_and_si256(d, m0f0f));
+                const __m256i hi = _mm256_shuffle_epi8(tab, _mm256_and_si256(_mm256_srli_epi16(d, 4), m0f0f));
+                v[0][h] = _mm256_and_si256(lo, m00ff);
+                v[1][h] = _mm256_and_si256(hi, m00ff);
+                v[2][h] = _mm256_srli_epi16(lo, 8);
+                v[3][h] = _mm256_srli_epi16(hi, 8);
+              } else {
+                v[0][h] = _mm256_and_si256(d, m000f);
+                v[1][h] = _mm256_and_si256(_mm256_srli_epi16(d, 4), m000f);
+                v[2][h] = _mm256_and_si256(_mm256_srli_epi16(d, 8), m000f);
+                v[3][h] = _mm256_srli_epi16(d, 12);
+              }
+            }
+            for (int t = 0; t < T; ++t) {
+              const int16_t* x = xq[t] + 8 * b;
+              const __m256i x0 = pair(x), x1 = pair(x + 2), x2 = pair(x + 4), x3 = pair(x + 6);
+              for (int h = 0; h < 2; ++h) {
+                const __m256i s01 = _mm256_add_epi32(_mm256_madd_epi16(v[0][h], x0), _mm256_madd_epi16(v[1][h], x1));
+                const __m256i s23 = _mm256_add_epi32(_mm256_madd_epi16(v[2][h], x2), _mm256_madd_epi16(v[3][h], x3));
+                acc[t][h] = _mm256_add_epi32(acc[t][h], _mm256_add_epi32(s01, s23));
+              }
+            }
+          }
+        }
+        // the block's zero point (constant over it: act16) or e2m1 offset, times the token's sum of q
+        __m256i z[2] = {_mm256_set1_epi32(kFp4 ? 12 : w.zsym), _mm256_set1_epi32(kFp4 ? 12 : w.zsym)};
+        if (!kFp4 && w.has_zp)
+          for (int h = 0; h < 2; ++h)
+            z[h] = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(zp + size_t(kb / zgk) * kPanelRows + 8 * h)));
+        const bool no_z = CK == CodeKind::kInt8 && w.s8;  // signed codes: the value itself
+        for (int t = 0; t < T; ++t) {
+          const __m256i sq = _mm256_set1_epi32(xsum[t][kb / B]);
+          const __m256 f = _mm256_set1_ps(xs[t][kb / B] * cf);
+          for (int h = 0; h < 2; ++h) {
+            const __m256i part = no_z ? acc[t][h] : _mm256_sub_epi32(acc[t][h], _mm256_mullo_epi32(z[h], sq));
+            out[t][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(part), _mm256_mul_ps(ws[h], f), out[t][h]);
+          }
+        }
+      }
+    }
+    for (int t = 0; t < T; ++t)
+      for (int h = 0; h < 2; ++h) _mm256_storeu_ps(C + size_t(t) * kJobRows + half * kPanelRows + 8 * h, out[t][h]);
+  }
+}
+
+template <CodeKind CK>
+void fused_s16_t(const GemmJob& j, float* C) {
+  switch (j.nrows) {
+    case 1: fused_s16<CK, 1>(j, C); break;
+    case 2: fused_s16<CK, 2>(j, C); break;
+    case 3: fused_s16<CK, 3>(j, C); break;
+    default: fused_s16<CK, 4>(j, C); break;
+  }
+}
+
 template <CodeKind CK>
 void fused_s8_t(const GemmJob& j, int seg, float* C) {
   switch (j.nrows) {
@@ -439,11 +582,13 @@ void fused_t(const GemmJob& j, int seg, float* C) {
 // The fused kernel where it applies (bf16 / int8 / fp8 / int4 / e2m1 codes, no g_idx, 16-bit / fp32
 // activations, segments and zero-point groups in whole kpairs / 8-column blocks).
 bool fused_s8_gemm(const GemmJob& j);
+bool fused_s16_gemm(const GemmJob& j);
 
 bool fused_gemm(const GemmJob& j) {
   const PackedProj& w = *j.w;
   const ActBuf& a = *j.a;
   if (a.fmt == ActFmt::kS8) return fused_s8_gemm(j);
+  if (a.fmt == ActFmt::kS16) return fused_s16_gemm(j);
   // any row count, in passes of four rows that decode the weights again: against the portable kernel
   // (the panel decoded once, then one FMA chain per row) 2.3-2.5x at 32 / 128 rows per job
   // (mixtral-8x7b M = 128 / 512, fourteenth session)
@@ -501,10 +646,90 @@ bool fused_s8_gemm(const GemmJob& j) {
   return true;
 }
 
+// 16-bit block fixed-point activations: the codes and blocks act16 accepted.
+bool fused_s16_gemm(const GemmJob& j) {
+  const PackedProj& w = *j.w;
+  const ActBuf& a = *j.a;
+  if (j.nrows < 1 || a.group <= 0 || act16(w) != a.group) return false;
+  float* C = j.scratch;
+  for (int t0 = 0; t0 < j.nrows; t0 += 4) {
+    GemmJob s = j;
+    s.row0 = j.row0 + t0;
+    s.nrows = std::min(4, j.nrows - t0);
+    s.out = j.out + size_t(t0) * j.ldo;
+    switch (w.code) {
+      case CodeKind::kInt4: fused_s16_t<CodeKind::kInt4>(s, C); break;
+      case CodeKind::kFp4: fused_s16_t<CodeKind::kFp4>(s, C); break;
+      default: fused_s16_t<CodeKind::kInt8>(s, C); break;
+    }
+    generic::finish(s, C);
+  }
+  return true;
+}
+
+// RowQuant::kS16, 8 columns at a time (bit-identical to generic::quant_row): the block's largest
+// magnitude as the max of the |x| bit patterns (finite iff below 0x7F800000), q by vcvtps2dq (RNE),
+// packed to words with saturation (never reached: |q| <= 32640 for bf16 values).
+void quant_s16(const float* x, int n, ActBuf& a, int i) {
+  int16_t* d = a.row<int16_t>(i);
+  const __m256i abs_mask = _mm256_set1_epi32(0x7FFFFFFF);
+  const int B = a.group;  // 16 or 32, and a.ld a multiple of it
+  for (int g = 0; g < a.num_groups; ++g) {
+    const int k0 = g * B, k1 = k0 + B;
+    __m256 v[4];  // B <= 32 columns
+    __m256i mx = _mm256_setzero_si256();
+    for (int c = 0; c < (k1 - k0) / 8; ++c) {
+      const int k = k0 + 8 * c, left = n - k;
+      if (left >= 8) {
+        v[c] = _mm256_loadu_ps(x + k);
+      } else if (left > 0) {
+        const __m256i m = _mm256_cmpgt_epi32(_mm256_set1_epi32(left), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+        v[c] = _mm256_maskload_ps(x + k, m);
+      } else {
+        v[c] = _mm256_setzero_ps();
+      }
+      mx = _mm256_max_epi32(mx, _mm256_and_si256(_mm256_castps_si256(v[c]), abs_mask));
+    }
+    __m128i m4 = _mm_max_epi32(_mm256_castsi256_si128(mx), _mm256_extracti128_si256(mx, 1));
+    m4 = _mm_max_epi32(m4, _mm_shuffle_epi32(m4, 0x4E));
+    m4 = _mm_max_epi32(m4, _mm_shuffle_epi32(m4, 0xB1));
+    const uint32_t amax_bits = uint32_t(_mm_cvtsi128_si32(m4));
+    const bool finite = amax_bits < 0x7F800000u;
+    const int E = std::max(int(amax_bits >> 23) - 127, -112);
+    const __m256 mul = _mm256_castsi256_ps(_mm256_set1_epi32((14 - E + 127) << 23));
+    __m256i sum = _mm256_setzero_si256();
+    for (int c = 0; c < (k1 - k0) / 8; c += 2) {  // 16 columns per step
+      __m256i q0 = _mm256_cvtps_epi32(_mm256_mul_ps(v[c], mul));
+      __m256i q1 = _mm256_cvtps_epi32(_mm256_mul_ps(v[c + 1], mul));
+      if (!finite) q0 = q1 = _mm256_setzero_si256();
+      sum = _mm256_add_epi32(sum, _mm256_add_epi32(q0, q1));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + k0 + 8 * c), _mm256_permute4x64_epi64(_mm256_packs_epi32(q0, q1), 0xD8));
+    }
+    __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xB1));
+    a.group_scale[size_t(i) * a.num_groups + g] = finite ? generic::f32_of(uint32_t(E - 14 + 127) << 23) : std::nanf("");
+    a.group_sum[size_t(i) * a.num_groups + g] = _mm_cvtsi128_si32(s4);
+  }
+}
+
 }  // namespace
+
+// Blocks of 32 columns (16 for 16-wide weight groups: NVFP4), int4 / e2m1 / int8 codes without g_idx
+// whose groups and zero-point groups hold whole blocks (or all of K).
+int act16(const PackedProj& w) {
+  if (!w.gidx.empty() || (w.code != CodeKind::kInt4 && w.code != CodeKind::kFp4 && w.code != CodeKind::kInt8)) return 0;
+  const int B = w.group == 16 ? 16 : 32;
+  if (w.group > 0 && w.group % B != 0) return 0;
+  if (w.has_zp && (w.zp_group <= 0 || (w.zp_group % B != 0 && w.zp_group < w.k_pad))) return 0;
+  return B;
+}
 
 void gemm(const GemmJob& j) {
   if (!fused_gemm(j)) generic::gemm(j);
 }
-void quant_row(const float* x, int n, const QuantRowArgs& q, ActBuf& a, int i) { generic::quant_row(x, n, q, a, i); }
+void quant_row(const float* x, int n, const QuantRowArgs& q, ActBuf& a, int i) {
+  if (q.q == RowQuant::kS16 && (a.group == 16 || a.group == 32) && a.ld % a.group == 0) return quant_s16(x, n, a, i);
+  generic::quant_row(x, n, q, a, i);
+}
 }  // namespace qmoe::cpu::avx2

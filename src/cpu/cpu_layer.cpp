@@ -7,6 +7,7 @@
 //   chosen at layer creation (cpu_isa.h).
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <numeric>
 #include <omp.h>
@@ -65,7 +66,7 @@ void parallel_jobs(size_t n, bool streams, F&& f) {
 // lines, so that the 12 rows a microkernel reads at once fall in different L1 sets (a stride that
 // is a multiple of 4 KiB, e.g. 2048 bf16, maps them all to one set of the 8-way L1).
 int act_ld(int n, ActFmt f) {
-  const int es = f == ActFmt::kF32 ? 4 : f == ActFmt::kBF16 ? 2 : 1;
+  const int es = f == ActFmt::kF32 ? 4 : f == ActFmt::kBF16 || f == ActFmt::kS16 ? 2 : 1;
   int lines = (n * es + 63) / 64;
   if (lines % 2 == 0) ++lines;
   return lines * 64 / es;
@@ -79,9 +80,12 @@ struct ExpertSet {
   ActQuant aq = ActQuant::kNone;
   RowQuant rq = RowQuant::kBF16;
   ActFmt fmt = ActFmt::kBF16;
+  int block13 = 0, block2 = 0;  // kS16: the activation blocks of w13's / w2's inputs
   std::string key;
 
-  void init(const ExpertWeights& w) {
+  // kn: the ISA's kernels (which may take bf16 activations in 16-bit block fixed point, Kernels::act16);
+  // QMOE_CPU_ACT16=0 keeps bf16 activations on every path (measurements, tests).
+  void init(const ExpertWeights& w, const Kernels& kn) {
     E = w.num_experts;
     H = w.hidden;
     I = w.intermediate;
@@ -100,6 +104,12 @@ struct ExpertSet {
       case ActQuant::kFP8Group128: rq = RowQuant::kFp8Group; fmt = ActFmt::kBF16; break;
       case ActQuant::kINT8Token: rq = RowQuant::kInt8Token; fmt = ActFmt::kS8; break;
       case ActQuant::kNVFP4: rq = RowQuant::kNVFP4; fmt = ActFmt::kBF16; break;
+    }
+    const char* env = std::getenv("QMOE_CPU_ACT16");
+    const bool act16_on = env == nullptr || env[0] != '0';
+    if (rq == RowQuant::kBF16 && kn.act16 && act16_on) {
+      block13 = kn.act16(w13), block2 = kn.act16(w2);
+      if (block13 > 0 && block2 > 0) rq = RowQuant::kS16, fmt = ActFmt::kS16;
     }
     key = w.scheme.key();
   }
@@ -140,6 +150,11 @@ struct ExpertSet {
       a.group = p.group > 0 && p.gidx.empty() ? p.group : ld;
       a.num_groups = int((ld + a.group - 1) / a.group);
       a.group_sum.assign(size_t(rows) * a.num_groups, 0);
+    } else if (rq == RowQuant::kS16) {
+      a.group = &p == &w13 ? block13 : block2;
+      a.num_groups = int((ld + a.group - 1) / a.group);
+      a.group_scale.assign(size_t(rows) * a.num_groups, 0.f);
+      a.group_sum.assign(size_t(rows) * a.num_groups, 0);
     }
   }
 };
@@ -158,10 +173,10 @@ class CpuLayer final : public MoeLayer {
   explicit CpuLayer(qmoe::detail::LayerArgs a) : cfg_(std::move(a.cfg)), router_bias_(std::move(a.router_bias)) {
     isa_ = cpu_isa();
     kn_ = &kernels_for(isa_);
-    experts_.init(a.weights);
+    experts_.init(a.weights, *kn_);
     if (a.shared) {
       shared_ = std::make_unique<ExpertSet>();
-      shared_->init(*a.shared);
+      shared_->init(*a.shared, *kn_);
     }
     num_global_ = cfg_.num_experts > 0 ? cfg_.num_experts : experts_.E;
   }
@@ -177,7 +192,10 @@ class CpuLayer final : public MoeLayer {
 
   Tensor forward_routed(const Tensor& x, const Tensor& topk_weights, const Tensor& topk_ids) override;
   Backend backend() const override { return Backend::kCpu; }
-  std::string method_name() const override { return std::string("cpu/") + isa_name(isa_) + "/" + experts_.key; }
+  // "/act16": the routed experts' bf16 activations enter as 16-bit block fixed point (RowQuant::kS16)
+  std::string method_name() const override {
+    return std::string("cpu/") + isa_name(isa_) + "/" + experts_.key + (experts_.rq == RowQuant::kS16 ? "/act16" : "");
+  }
 
  private:
   // o [npos][rows_pad of w2] fp32 = expert outputs (unweighted) for the positions of `r`.
@@ -421,7 +439,7 @@ std::string set_can_implement(const ExpertWeights& w, const char* what) {
 
 const Kernels& kernels_for(Isa isa) {
   static const Kernels k[3] = {{scalar::gemm, scalar::quant_row, "scalar"},
-                               {avx2::gemm, avx2::quant_row, "avx2"},
+                               {avx2::gemm, avx2::quant_row, "avx2", avx2::act16},
                                {avx512::gemm, avx512::quant_row, "avx512"}};
   return k[static_cast<int>(isa)];
 }

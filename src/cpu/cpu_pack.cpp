@@ -47,7 +47,7 @@ void ActBuf::alloc(ActFmt f, int r, int l) {
   fmt = f;
   rows = r;
   ld = l;
-  size_t es = f == ActFmt::kF32 ? 4 : f == ActFmt::kBF16 ? 2 : 1;
+  size_t es = f == ActFmt::kF32 ? 4 : f == ActFmt::kBF16 || f == ActFmt::kS16 ? 2 : 1;
   size_t bytes = size_t(r) * l * es;
   if (data.n < bytes || !data.data()) data.alloc(bytes);
 }

@@ -110,18 +110,21 @@ struct PackedProj {
 PackedProj pack_proj(const ExpertWeights& w, const ProjWeights& p, bool is_w13);
 
 // Which activation format the kernels consume for a projection of this scheme.
-enum class ActFmt : uint8_t { kBF16, kF32, kS8 };
+// kS16: 16-bit block fixed point (the avx2 kernels' bf16 activations for int / fp4 codes, RowQuant::kS16):
+// int16 codes q with one power-of-two factor per `group` columns (group_scale) and the codes' sum per
+// block (group_sum); value q * group_scale.
+enum class ActFmt : uint8_t { kBF16, kF32, kS8, kS16 };
 
 // Activation rows for one projection (rows = (token, expert) pairs in expert order).
 struct ActBuf {
   ActFmt fmt = ActFmt::kBF16;
   int rows = 0;
   int ld = 0;                     // elements per row (>= k_pad, padding zero)
-  AlignedBytes data;              // [rows][ld] of bf16 / f32 / s8
+  AlignedBytes data;              // [rows][ld] of bf16 / f32 / s8 / s16
   std::vector<float> row_scale;   // [rows] per-token factor, empty = 1
-  int num_groups = 0, group = 0;  // per-token-group factor (fp8 1x128) and int8 group sums
+  int num_groups = 0, group = 0;  // per-token-group factor (fp8 1x128, kS16 blocks) and int8 / int16 group sums
   std::vector<float> group_scale;    // [rows][num_groups] or empty
-  std::vector<int32_t> group_sum;    // [rows][num_groups] sum of int8 codes per weight group (kS8)
+  std::vector<int32_t> group_sum;    // [rows][num_groups] sum of the int8 / int16 codes per group (kS8, kS16)
   void alloc(ActFmt f, int r, int l);
   template <class T> T* row(int i) { return reinterpret_cast<T*>(data.data()) + size_t(i) * ld; }
   template <class T> const T* row(int i) const { return reinterpret_cast<const T*>(data.data()) + size_t(i) * ld; }

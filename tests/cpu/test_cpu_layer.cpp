@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <array>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <cmath>
@@ -150,27 +151,56 @@ std::vector<Case> all_cases() {
   return c;
 }
 
-// Runs the CPU layer on every ISA and checks each against the oracle bound and the reference.
+// The activation block the CPU layer on `isa` takes one expert set's bf16 GEMM inputs in as 16-bit
+// fixed point (RowQuant::kS16), 0 for none: the kernels' rule (Kernels::act16) for both projections,
+// A16 schemes with bf16 activations, unless QMOE_CPU_ACT16=0.
+int act16_of(cpu::Isa isa, const ExpertWeights& w) {
+  const cpu::Kernels& kn = cpu::kernels_for(isa);
+  const char* env = std::getenv("QMOE_CPU_ACT16");
+  if (!kn.act16 || w.scheme.act != ActQuant::kNone || w.act_dtype != DType::kBF16 || (env && env[0] == '0')) return 0;
+  const int b13 = kn.act16(cpu::pack_proj(w, w.w13, true)), b2 = kn.act16(cpu::pack_proj(w, w.w2, false));
+  EXPECT_TRUE(b13 == b2 || b13 == 0 || b2 == 0) << b13 << " " << b2;
+  return b13 > 0 && b2 > 0 ? b13 : 0;
+}
+
+// QMOE_CPU_ACT16 set for a scope (nullptr: unset).
+struct Act16Env {
+  explicit Act16Env(const char* v) { v ? setenv("QMOE_CPU_ACT16", v, 1) : unsetenv("QMOE_CPU_ACT16"); }
+  ~Act16Env() { unsetenv("QMOE_CPU_ACT16"); }
+};
+
+// Runs the CPU layer on every ISA and checks each against the oracle bound and the reference; where
+// the ISA takes bf16 activations as 16-bit fixed point, also with QMOE_CPU_ACT16=0 (bf16 kept), and
+// the fixed-point run against the oracle's bound for it.
 void expect_cpu_matches(const ExpertWeights& w, const MoeConfig& cfg, const ExpertWeights* shared, const Tensor& x,
                         const Tensor& tw, const Tensor& ids, const std::string& what) {
   auto opt_shared = shared ? std::optional<ExpertWeights>(*shared) : std::nullopt;
   Tensor yref = MoeLayer::create(w, cfg, Backend::kReference, opt_shared)->forward_routed(x, tw, ids);
-  oracle::LayerOut want = oracle::layer(w, cfg, shared, x, tw, ids);
-  std::vector<double> tol2 = want.tol;
-  for (double& t : tol2) t *= 2;
   const std::vector<double> ref_vals = test::values(yref);
   for (cpu::Isa isa : isas()) {
     IsaGuard g(isa);
-    auto layer = MoeLayer::create(w, cfg, Backend::kCpu, opt_shared);
-    EXPECT_NE(layer->method_name().find(cpu::isa_name(isa)), std::string::npos) << layer->method_name();
-    Tensor y = layer->forward_routed(x, tw, ids);
-    ASSERT_EQ(y.dtype(), w.act_dtype);
-    ASSERT_EQ(y.shape(), Shape({x.size(0), w.hidden}));
-    const std::string tag = what + " [" + cpu::isa_name(isa) + "]";
-    test::CompareResult r = test::compare(y, want.y, want.tol);
-    EXPECT_TRUE(r.ok) << r.report(tag + " vs float64 model");
-    test::CompareResult rr = test::compare(y, ref_vals, tol2);
-    EXPECT_TRUE(rr.ok) << rr.report(tag + " vs reference");
+    const int b0 = act16_of(isa, w), b0s = shared ? act16_of(isa, *shared) : 0;
+    for (const char* env : {static_cast<const char*>(nullptr), "0"}) {
+      if (env && b0 == 0 && b0s == 0) continue;  // nothing to switch off
+      Act16Env ev(env);
+      const int b = env ? 0 : b0, bs = env ? 0 : b0s;
+      const oracle::LayerOut want = oracle::layer(w, cfg, shared, x, tw, ids, b, bs);
+      std::vector<double> tol2 = want.tol;
+      for (double& t : tol2) t *= 2;
+      auto layer = MoeLayer::create(w, cfg, Backend::kCpu, opt_shared);
+      const std::string name = layer->method_name();
+      EXPECT_NE(name.find(cpu::isa_name(isa)), std::string::npos) << name;
+      EXPECT_EQ(name.size() > 6 && name.compare(name.size() - 6, 6, "/act16") == 0, b > 0) << name;
+      Tensor y = layer->forward_routed(x, tw, ids);
+      ASSERT_EQ(y.dtype(), w.act_dtype);
+      ASSERT_EQ(y.shape(), Shape({x.size(0), w.hidden}));
+      const std::string tag = what + " [" + cpu::isa_name(isa) + (b > 0 ? ", act16 " + std::to_string(b) : "") +
+                              (bs > 0 ? ", shared act16 " + std::to_string(bs) : "") + (env ? ", QMOE_CPU_ACT16=0" : "") + "]";
+      test::CompareResult r = test::compare(y, want.y, want.tol);
+      EXPECT_TRUE(r.ok) << r.report(tag + " vs float64 model");
+      test::CompareResult rr = test::compare(y, ref_vals, tol2);
+      EXPECT_TRUE(rr.ok) << rr.report(tag + " vs reference");
+    }
   }
 }
 
@@ -294,6 +324,93 @@ TEST(CpuQuantRow, IsaBuildsAreBitIdentical) {
   }
 }
 
+// ---- 16-bit block fixed point (RowQuant::kS16) against its float64 definition, every ISA build
+//      bit-identical: blocks of 16 and 32 columns; random values over 2^-12 .. 4 (exponent spans
+//      past 7: inexact codes), a block of powers of two spanning 7 (exact), an all-zero block, a
+//      block with a subnormal-range maximum (the exponent floor -112), and one with NaN / Inf (codes 0,
+//      factor NaN). For each block: the factor is 2^(E - 14) with 2^E <= amax < 2^(E + 1) (E >= -112),
+//      q = rint(x / factor) (RNE), |q| < 2^15, the sum of q stored; the padding columns zero. ----
+TEST(CpuQuantRow, Int16BlocksMatchTheirDefinition) {
+  std::mt19937 rng(9);
+  for (int B : {16, 32})
+    for (int n : {16, 40, 100, 129}) {
+      std::vector<float> x(static_cast<size_t>(n));
+      for (int k = 0; k < n; ++k) {
+        const float mag = std::ldexp(1.f + std::uniform_real_distribution<float>(0, 1)(rng), std::uniform_int_distribution<int>(-12, 1)(rng));
+        x[size_t(k)] = codec::round_bf16(k % 3 ? mag : -mag);
+      }
+      if (n >= 2 * B) {
+        for (int k = B; k < 2 * B; ++k) x[size_t(k)] = std::ldexp(k % 2 ? -1.f : 1.f, -(k % 8));  // span 7: exact
+      }
+      if (n >= 3 * B) {
+        for (int k = 2 * B; k < std::min(n, 3 * B); ++k) x[size_t(k)] = 0.f;
+        if (n >= 4 * B) {
+          for (int k = 3 * B; k < 4 * B; ++k) x[size_t(k)] = std::ldexp(float(k % 5), -130);  // subnormal
+        }
+      }
+      if (n == 129) x[100] = std::nanf(""), x[3] = INFINITY;  // blocks 100 / B and 0: NaN factor
+      const int ld = int(cpu::round_up(n + 29, B));
+      std::vector<std::vector<uint8_t>> rows;
+      std::vector<float> scales;
+      std::vector<int32_t> sums;
+      for (cpu::Isa isa : isas()) {
+        cpu::ActBuf a;
+        a.alloc(cpu::ActFmt::kS16, 1, ld);
+        std::memset(a.data.data(), 0x5a, a.data.n);  // padding must be written as zeros
+        a.group = B;
+        a.num_groups = ld / B;
+        a.group_scale.assign(size_t(a.num_groups), -1.f);
+        a.group_sum.assign(size_t(a.num_groups), -1);
+        cpu::QuantRowArgs q;
+        q.q = cpu::RowQuant::kS16;
+        cpu::kernels_for(isa).quant_row(x.data(), n, q, a, 0);
+        rows.emplace_back(a.data.data(), a.data.data() + size_t(ld) * 2);
+        for (float f : a.group_scale) scales.push_back(f);
+        for (int32_t v : a.group_sum) sums.push_back(v);
+        const int16_t* d = a.row<int16_t>(0);
+        for (int g = 0; g < a.num_groups; ++g) {
+          double amax = 0;
+          bool finite = true;
+          for (int k = g * B; k < std::min(n, (g + 1) * B); ++k) {
+            finite &= std::isfinite(x[size_t(k)]);
+            amax = std::max(amax, std::fabs(double(x[size_t(k)])));
+          }
+          const std::string where = std::string(cpu::isa_name(isa)) + " B " + std::to_string(B) + " n " +
+                                    std::to_string(n) + " block " + std::to_string(g);
+          int64_t sum = 0;
+          if (!finite) {
+            EXPECT_TRUE(std::isnan(a.group_scale[size_t(g)])) << where;
+            for (int k = g * B; k < (g + 1) * B; ++k) EXPECT_EQ(d[k], 0) << where;
+            EXPECT_EQ(a.group_sum[size_t(g)], 0) << where;
+            continue;
+          }
+          const int E = amax > 0 ? std::max(std::ilogb(amax), -112) : -112;
+          const double f = std::ldexp(1.0, E - 14);
+          EXPECT_EQ(double(a.group_scale[size_t(g)]), f) << where;
+          for (int k = g * B; k < (g + 1) * B; ++k) {
+            const double xv = k < n ? double(x[size_t(k)]) : 0.0;
+            const double want = std::nearbyint(xv / f);  // RNE
+            ASSERT_EQ(double(d[k]), want) << where << " k " << k << " x " << xv;
+            ASSERT_LT(std::fabs(want), 32768.0) << where;
+            EXPECT_LE(std::fabs(d[k] * f - xv), std::max(std::ldexp(amax, -15), std::ldexp(1.0, -127))) << where;  // the oracle's bound
+            sum += d[k];
+          }
+          if (n >= 2 * B && g == 1) {
+            for (int k = B; k < 2 * B; ++k) EXPECT_EQ(d[k] * f, double(x[size_t(k)])) << where << " exact block";
+          }
+          EXPECT_EQ(a.group_sum[size_t(g)], sum) << where;
+        }
+      }
+      for (size_t r = 1; r < rows.size(); ++r) EXPECT_EQ(rows[r], rows[0]) << "kS16 B " << B << " n " << n << " ISA #" << r;
+      const size_t per = scales.size() / rows.size();
+      for (size_t r = 1; r < rows.size(); ++r)
+        for (size_t i = 0; i < per; ++i) {
+          EXPECT_EQ(std::memcmp(&scales[r * per + i], &scales[i], 4), 0) << "kS16 B " << B << " n " << n << " block " << i;
+          EXPECT_EQ(sums[r * per + i], sums[i]) << "kS16 B " << B << " n " << n << " block " << i;
+        }
+    }
+}
+
 // ---- routing edge cases --------------------------------------------------------------------------
 
 ExpertWeights small_weights(SchemeKind k, int E, uint64_t seed = 3, int H = 96, int I = 48) {
@@ -338,6 +455,7 @@ TEST(CpuKernels, EveryWeightDecodesAsTheScalarKernel) {
     if (cpu::isa_supported(i)) fast.push_back(i);
   if (fast.empty()) GTEST_SKIP() << "no AVX2 / AVX-512 on this CPU: only the scalar kernels run here";
   const int H = 256, I = 32;  // w13: 64 rows (two jobs) x K = 256
+  int act16_runs = 0;
   for (const K& kd : kinds) {
     ref::RandomWeightsSpec rs;
     rs.scheme = kd.spec;
@@ -390,9 +508,36 @@ TEST(CpuKernels, EveryWeightDecodesAsTheScalarKernel) {
                 << kd.name << " " << cpu::isa_name(isa) << " k " << k << " row " << pair * cpu::kJobRows + r << ": got "
                 << got[r] << " want " << want[r];
         }
+        // the same one-hot row as 16-bit block fixed point (q = 2^14 at k, factor 2^-14), where an ISA
+        // takes these weights' activations so (Kernels::act16): the same bits as the bf16 row
+        for (cpu::Isa isa : fast) {
+          const int B = cpu::kernels_for(isa).act16 ? cpu::kernels_for(isa).act16(pw) : 0;
+          if (B == 0) continue;
+          cpu::ActBuf a16;
+          a16.alloc(cpu::ActFmt::kS16, 1, int(cpu::round_up(pw.k_pad, B)));
+          std::memset(a16.data.data(), 0, a16.data.n);
+          a16.row<int16_t>(0)[k] = 16384;
+          a16.group = B;
+          a16.num_groups = a16.ld / B;
+          a16.group_scale.assign(size_t(a16.num_groups), std::ldexp(1.f, -126));
+          a16.group_scale[size_t(k / B)] = std::ldexp(1.f, -14);
+          a16.group_sum.assign(size_t(a16.num_groups), 0);
+          a16.group_sum[size_t(k / B)] = 16384;
+          std::swap(a, a16);
+          const auto got = run(isa), scalar16 = run(cpu::Isa::kScalar);
+          std::swap(a, a16);
+          for (int r = 0; r < cpu::kJobRows; ++r) {
+            ASSERT_EQ(0, std::memcmp(&got[r], &want[r], 4))
+                << kd.name << " " << cpu::isa_name(isa) << " act16 k " << k << " row " << pair * cpu::kJobRows + r
+                << ": got " << got[r] << " want " << want[r];
+            ASSERT_EQ(0, std::memcmp(&scalar16[r], &want[r], 4)) << kd.name << " scalar act16 k " << k;
+          }
+          ++act16_runs;
+        }
       }
     }
   }
+  if (cpu::isa_supported(cpu::Isa::kAvx2)) EXPECT_GT(act16_runs, 0) << "the avx2 act16 kernels never ran";
 }
 
 TEST(CpuEdge, AllTokensOnOneExpertOthersEmpty) {
@@ -461,7 +606,7 @@ TEST(CpuEdge, LargeThenSmallBatchOnOneLayer) {
         Tensor tw, ids;
         random_routing(M, 2, 3, 40 + M, tw, ids);
         Tensor y = layer->forward_routed(x, tw, ids);
-        oracle::LayerOut want = oracle::layer(w, cfg, nullptr, x, tw, ids);
+        oracle::LayerOut want = oracle::layer(w, cfg, nullptr, x, tw, ids, act16_of(isa, w));
         test::CompareResult r = test::compare(y, want.y, want.tol);
         EXPECT_TRUE(r.ok) << r.report(std::string(scheme_kind_name(k)) + " M=" + std::to_string(M) + " [" +
                                       cpu::isa_name(isa) + "]");

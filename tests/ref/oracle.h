@@ -172,9 +172,24 @@ inline void quantize_with_slack(ActQuant kind, DType act_dtype, const std::vecto
   }
 }
 
+// act16 > 0: the GEMM inputs enter in 16-bit block fixed point (the avx2 kernels' bf16 activations,
+// docs/numerics.md "Products"): per block of act16 columns q = rint(x * 2^(14 - E)), 2^E <= amax (E
+// floored at -112), so each input is off by at most 2^(E - 15) <= max(2^-15 amax, 2^-127) of its
+// block. Bound on one row's inputs (their magnitudes at most `mag`): that per column.
+inline std::vector<double> act16_err(const std::vector<double>& mag, int act16) {
+  std::vector<double> d(mag.size(), 0.0);
+  for (size_t b = 0; b < mag.size(); b += size_t(act16)) {
+    const size_t e = std::min(mag.size(), b + size_t(act16));
+    double amax = 0;
+    for (size_t i = b; i < e; ++i) amax = std::max(amax, mag[i]);
+    for (size_t i = b; i < e; ++i) d[i] = std::max(std::ldexp(amax, -15), std::ldexp(1.0, -127));
+  }
+  return d;
+}
+
 // One expert (weights w13d [2I, H], w2d [H, I] dequantized) on input row a (exact act-dtype values).
 inline ExpertOut expert(const ExpertWeights& w, Activation act, int64_t e, const std::vector<double>& w13d,
-                        const std::vector<double>& w2d, const std::vector<float>& a) {
+                        const std::vector<double>& w2d, const std::vector<float>& a, int act16 = 0) {
   const int64_t H = w.hidden, I = w.intermediate;
   const ActQuant aq = w.scheme.act;
   auto stat_of = [&](const ProjWeights& p) {
@@ -184,6 +199,12 @@ inline ExpertOut expert(const ExpertWeights& w, Activation act, int64_t e, const
     return s;
   };
   const std::vector<double> qa = quant_dequant(aq, a, stat_of(w.w13));
+  std::vector<double> qa16(H, 0.0);  // act16: bound on each input's fixed-point error
+  if (act16 > 0) {
+    std::vector<double> mag(H);
+    for (int64_t k = 0; k < H; ++k) mag[k] = std::fabs(qa[k]);
+    qa16 = act16_err(mag, act16);
+  }
   std::vector<double> g(2 * I), ge(2 * I);
   for (int64_t r = 0; r < 2 * I; ++r) {
     double s = 0, m2 = 0;
@@ -198,6 +219,8 @@ inline ExpertOut expert(const ExpertWeights& w, Activation act, int64_t e, const
     // summation error, ~u sqrt(K) |t|_2 (rounding errors of the partial sums add like a random
     // walk), with a 6x margin; a rounding of h that still differs is then allowed for explicitly.
     ge[r] = 6 * kU * std::sqrt(double(H)) * std::sqrt(m2) + 2 * kU * std::fabs(g[r]);
+    if (act16 > 0)  // rigorous: sum |w| x the inputs' fixed-point error
+      for (int64_t k = 0; k < H; ++k) ge[r] += std::fabs(w13d[r * H + k]) * qa16[k];
   }
   std::vector<double> h(I), he(I);
   for (int64_t i = 0; i < I; ++i) {
@@ -212,17 +235,24 @@ inline ExpertOut expert(const ExpertWeights& w, Activation act, int64_t e, const
   }
   std::vector<double> qh, slack;
   quantize_with_slack(aq, w.act_dtype, h, he, stat_of(w.w2), qh, slack);
+  std::vector<double> qh16(I, 0.0);  // act16: h's blocks, their magnitudes at most |qh| + slack
+  if (act16 > 0) {
+    std::vector<double> mag(I);
+    for (int64_t i = 0; i < I; ++i) mag[i] = std::fabs(qh[i]) + slack[i];
+    qh16 = act16_err(mag, act16);
+  }
   ExpertOut out{std::vector<double>(H), std::vector<double>(H)};
   for (int64_t c = 0; c < H; ++c) {
-    double s = 0, m = 0, sl = 0;
+    double s = 0, m = 0, sl = 0, q16 = 0;
     for (int64_t i = 0; i < I; ++i) {
       s += qh[i] * w2d[c * I + i];
       m += std::fabs(qh[i] * w2d[c * I + i]);
       sl += slack[i] * std::fabs(w2d[c * I + i]);
+      q16 += qh16[i] * std::fabs(w2d[c * I + i]);
     }
     double b = w.w2.bias.defined() ? test::value_at(w.w2.bias, e * H + c) : 0.0;
     out.o[c] = s + b;
-    out.tol[c] = (I + 8) * kU * (m + sl) + sl + kU * std::fabs(out.o[c]);
+    out.tol[c] = (I + 8) * kU * (m + sl + q16) + sl + q16 + kU * std::fabs(out.o[c]);
   }
   return out;
 }
@@ -232,8 +262,9 @@ struct LayerOut {
 };
 
 // The whole layer: routing given; Llama 4 (on_input) scales the expert input; shared expert added.
+// act16 / act16_shared: the routed / shared experts' inputs in 16-bit block fixed point (see expert()).
 inline LayerOut layer(const ExpertWeights& w, const MoeConfig& cfg, const ExpertWeights* shared, const Tensor& x,
-                      const Tensor& topk_w, const Tensor& topk_ids) {
+                      const Tensor& topk_w, const Tensor& topk_ids, int act16 = 0, int act16_shared = 0) {
   const int64_t M = x.size(0), H = w.hidden, k = topk_ids.size(1);
   const bool on_input = cfg.router.apply_router_weight_on_input;
   LayerOut r{std::vector<double>(M * H, 0.0), std::vector<double>(M * H, 0.0)};
@@ -261,9 +292,10 @@ inline LayerOut layer(const ExpertWeights& w, const MoeConfig& cfg, const Expert
       std::vector<float> a = xr;
       if (on_input)
         for (auto& v : a) v = round_act(w.act_dtype, double(v * wt));  // fp32 product, then act-dtype rounding
-      add(expert(w, cfg.activation, e, w13d[e], w2d[e], a), on_input ? 1.0 : wt);
+      add(expert(w, cfg.activation, e, w13d[e], w2d[e], a, act16), on_input ? 1.0 : wt);
     }
-    if (shared) add(expert(*shared, cfg.activation, 0, dequant(*shared, true, 0), dequant(*shared, false, 0), xr), 1.0);
+    if (shared)
+      add(expert(*shared, cfg.activation, 0, dequant(*shared, true, 0), dequant(*shared, false, 0), xr, act16_shared), 1.0);
   }
   for (int64_t i = 0; i < M * H; ++i) {
     // fp32 weighting and summation over the k (+ shared) terms, then the final act-dtype rounding.

@@ -464,9 +464,9 @@ void fused_s16(const GemmJob& j, float* C) {
     const uint8_t* gs = w.group > 0 ? w.gscale_panel(j.e, pn) : nullptr;
     __m256 out[T][2];
     for (int t = 0; t < T; ++t) out[t][0] = out[t][1] = _mm256_setzero_ps();
-    for (int k0 = 0; k0 < Kp; k0 += seg) {
+    int blk = 0;  // kb / B (divisions by run-time values cost ~10-40 cycles each: counters)
+    for (int k0 = 0, g = 0; k0 < Kp; k0 += seg, ++g) {
       const int k1 = std::min(Kp, k0 + seg);
-      const int g = k0 / seg;
       __m256 ws[2] = {_mm256_set1_ps(1.f), _mm256_set1_ps(1.f)};
       if (gs && g >= w.num_groups) {  // K padding only: zero weights, no scale to read
         ws[0] = ws[1] = _mm256_setzero_ps();
@@ -478,7 +478,7 @@ void fused_s16(const GemmJob& j, float* C) {
         const uint8_t* sp = gs + size_t(g) * kPanelRows * sb;
         for (int h = 0; h < 2; ++h) ws[h] = scales8(w.gscale_kind, sp, h);
       }
-      for (int kb = k0; kb < k1; kb += B) {
+      for (int kb = k0; kb < k1; kb += B, ++blk) {
         const int kb1 = std::min(k1, kb + B);
         __m256i acc[T][2];
         for (int t = 0; t < T; ++t) acc[t][0] = acc[t][1] = _mm256_setzero_si256();
@@ -529,16 +529,18 @@ void fused_s16(const GemmJob& j, float* C) {
           }
         }
         // the block's zero point (constant over it: act16) or e2m1 offset, times the token's sum of q
-        __m256i z[2] = {_mm256_set1_epi32(kFp4 ? 12 : w.zsym), _mm256_set1_epi32(kFp4 ? 12 : w.zsym)};
-        if (!kFp4 && w.has_zp)
+        const bool row_z = !kFp4 && w.has_zp;
+        __m256i z[2];
+        if (row_z)
           for (int h = 0; h < 2; ++h)
             z[h] = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(zp + size_t(kb / zgk) * kPanelRows + 8 * h)));
-        const bool no_z = CK == CodeKind::kInt8 && w.s8;  // signed codes: the value itself
+        const int zc = kFp4 ? 12 : (CK == CodeKind::kInt8 && w.s8) ? 0 : w.zsym;  // signed int8: the value itself
         for (int t = 0; t < T; ++t) {
-          const __m256i sq = _mm256_set1_epi32(xsum[t][kb / B]);
-          const __m256 f = _mm256_set1_ps(xs[t][kb / B] * cf);
+          const int32_t sq = xsum[t][blk];
+          const __m256 f = _mm256_set1_ps(xs[t][blk] * cf);
           for (int h = 0; h < 2; ++h) {
-            const __m256i part = no_z ? acc[t][h] : _mm256_sub_epi32(acc[t][h], _mm256_mullo_epi32(z[h], sq));
+            const __m256i part = row_z ? _mm256_sub_epi32(acc[t][h], _mm256_mullo_epi32(z[h], _mm256_set1_epi32(sq)))
+                                       : _mm256_sub_epi32(acc[t][h], _mm256_set1_epi32(zc * sq));
             out[t][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(part), _mm256_mul_ps(ws[h], f), out[t][h]);
           }
         }

@@ -33,9 +33,9 @@ def main():
     for r in rows:
         moved = r["tbps"] * 1e12 * r["us"] * 1e-6  # bytes of the floor (weights touched + in/out)
         flops = r["tflops"] * 1e12 * r["us"] * 1e-6
-        # int8 activations, and layers whose bf16 activations enter as 16-bit fixed point ("/act16"),
+        # int8 activations, and layers whose activations enter as 16-bit integer codes ("/s16"),
         # multiply on the integer instruction
-        int8 = r["scheme"] in ("w8a8-int8", "w4a8-int8") or r.get("kernel", "").endswith("/act16")
+        int8 = r["scheme"] in ("w8a8-int8", "w4a8-int8") or r.get("kernel", "").endswith("/s16")
         peak = (peak_int8 if int8 else peak_bf16) * 1e9
         r["floor_us"] = max(moved / (r["read_gbps"] * 1e9), flops / peak) * 1e6
         r["pct_floor"] = 100 * r["floor_us"] / r["us"]

@@ -192,7 +192,7 @@ int run_bench(const Opts& o) {
     bf16_gflops = cpu::measure_bf16_dot_gflops();
     int8_gops = cpu::measure_int8_dot_gops();
     std::printf("device: %s\nstreaming read: %.1f GB/s (best of 5 x 1 GiB, all threads; each row re-probes 5 x 256 MiB)\n"
-                "bf16 dot peak (%s): %.0f GFLOP/s; int8 dot peak (%s; int8 and act16 activations): %.0f GOP/s%s\n\n",
+                "bf16 dot peak (%s): %.0f GFLOP/s; int8 dot peak (%s; int8 and int16 activations): %.0f GOP/s%s\n\n",
                 device.c_str(), read_gbps, cpu::bf16_dot_instruction(), bf16_gflops, cpu::int8_dot_instruction(),
                 int8_gops, bf16_gflops > 0 ? "" : " (scalar kernels: no peak, the floor is the bandwidth term alone)");
   } else {
@@ -283,10 +283,10 @@ int run_bench(const Opts& o) {
 #endif
         }
         const double bytes = wbytes + io;
-        // CPU layers whose bf16 activations enter as 16-bit fixed point (method "/act16") multiply on
-        // the integer instruction
-        const bool act16 = cpu && r.note.size() > 6 && r.note.compare(r.note.size() - 6, 6, "/act16") == 0;
-        const double peak = sc.int8_acts || act16 ? int8_gops : (!cpu && sc.fp8 && fp8_gflops > 0) ? fp8_gflops : bf16_gflops;
+        // CPU layers whose activations enter as 16-bit integer codes (method "/s16") multiply on the
+        // integer instruction
+        const bool s16 = cpu && r.note.size() > 4 && r.note.compare(r.note.size() - 4, 4, "/s16") == 0;
+        const double peak = sc.int8_acts || s16 ? int8_gops : (!cpu && sc.fp8 && fp8_gflops > 0) ? fp8_gflops : bf16_gflops;
         if (r.read_gbps <= 0) r.read_gbps = read_gbps;
         if (cpu) {
           std::ifstream la("/proc/loadavg");

@@ -47,11 +47,12 @@ enum class RowQuant : uint8_t {
   kS16,       // bf16 values in 16-bit block fixed point (fmt kS16; docs/numerics.md "Products"): per
               // a.group columns q = rint(x * 2^(14 - E)), E = floor(log2(amax)) (>= -112),
               // group_scale = 2^(E - 14), group_sum = sum q; exact where the block's exponents span <= 7
+  kNVFP4S16,  // kNVFP4's values as fmt kS16 (a.group = 16): q = 2 e2m1, group_scale = s / 2 (exact)
 };
 
 struct QuantRowArgs {
   RowQuant q = RowQuant::kBF16;
-  float static_scale = 1.f;  // kFp8Static: s; kNVFP4: G (the input "global scale" = 1/A)
+  float static_scale = 1.f;  // kFp8Static: s; kNVFP4 / kNVFP4S16: G (the input "global scale" = 1/A)
   float* scratch = nullptr;  // >= n floats
 };
 
@@ -60,8 +61,9 @@ struct QuantRowArgs {
 using QuantRowFn = void (*)(const float* x, int n, const QuantRowArgs& q, ActBuf& a, int i);
 using GemmFn = void (*)(const GemmJob& j);
 
-// Whether the ISA's kernels take a projection's bf16 activations as RowQuant::kS16 (A16 int / fp4
-// codes on the avx2 kernels: integer dot products, cpu_kernels_avx2.cpp), and with which block.
+// Whether the ISA's kernels take a projection's activations as 16-bit integer codes (fmt kS16: bf16
+// activations as RowQuant::kS16 for A16 int / fp4 codes, NVFP4 activations as kNVFP4S16; the avx2
+// kernels' integer dot products, cpu_kernels_avx2.cpp), and with which block.
 using Act16Fn = int (*)(const PackedProj& w);  // block (16 / 32 columns), 0 = keep bf16
 
 struct Kernels {

@@ -715,6 +715,54 @@ void quant_s16(const float* x, int n, ActBuf& a, int i) {
   }
 }
 
+// RowQuant::kNVFP4S16, 16 columns per block as two vectors (bit-identical to generic::quant_row for
+// finite values): the block scale in scalar code as there; x * r, the clamp and the e2m1 rounding
+// ladder (ties to the even code, as codec::e2m1_round) on 8 lanes; q = 2 e2m1 with c's sign (vpsignd).
+void quant_nvfp4_s16(const float* x, int n, const QuantRowArgs& q, ActBuf& a, int i) {
+  const float G = q.static_scale, inv_g = 1.f / G;
+  int16_t* d = a.row<int16_t>(i);
+  const __m256 lim = _mm256_set1_ps(6.f), nlim = _mm256_set1_ps(-6.f);
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  for (int g = 0; g < a.num_groups; ++g) {
+    const int k0 = 16 * g;
+    __m256 v[2];
+    for (int h = 0; h < 2; ++h) {
+      const int left = n - (k0 + 8 * h);
+      v[h] = left >= 8 ? _mm256_loadu_ps(x + k0 + 8 * h)
+             : left > 0 ? _mm256_maskload_ps(x + k0 + 8 * h, _mm256_cmpgt_epi32(_mm256_set1_epi32(left), lane))
+                        : _mm256_setzero_ps();
+    }
+    const __m256 m8 = _mm256_max_ps(_mm256_and_ps(v[0], abs_mask), _mm256_and_ps(v[1], abs_mask));
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m8), _mm256_extractf128_ps(m8, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    const float vmax = _mm_cvtss_f32(_mm_max_ss(m4, _mm_shuffle_ps(m4, m4, 1)));
+    const float sc = k0 < n ? generic::e4m3_round_sat(G * (vmax * (1 / 6.f))) : 0.f;
+    const float r = sc == 0.f ? 0.f : 1.f / (sc * inv_g);
+    __m256i qv[2];
+    for (int h = 0; h < 2; ++h) {
+      const __m256 c = _mm256_min_ps(_mm256_max_ps(_mm256_mul_ps(v[h], _mm256_set1_ps(r)), nlim), lim);
+      const __m256 ab = _mm256_and_ps(c, abs_mask);
+      __m256 e = _mm256_setzero_ps();  // twice the e2m1 magnitude
+      e = _mm256_blendv_ps(e, _mm256_set1_ps(1.f), _mm256_cmp_ps(ab, _mm256_set1_ps(0.25f), _CMP_GT_OQ));
+      e = _mm256_blendv_ps(e, _mm256_set1_ps(2.f), _mm256_cmp_ps(ab, _mm256_set1_ps(0.75f), _CMP_GE_OQ));
+      e = _mm256_blendv_ps(e, _mm256_set1_ps(3.f), _mm256_cmp_ps(ab, _mm256_set1_ps(1.25f), _CMP_GT_OQ));
+      e = _mm256_blendv_ps(e, _mm256_set1_ps(4.f), _mm256_cmp_ps(ab, _mm256_set1_ps(1.75f), _CMP_GE_OQ));
+      e = _mm256_blendv_ps(e, _mm256_set1_ps(6.f), _mm256_cmp_ps(ab, _mm256_set1_ps(2.5f), _CMP_GT_OQ));
+      e = _mm256_blendv_ps(e, _mm256_set1_ps(8.f), _mm256_cmp_ps(ab, _mm256_set1_ps(3.5f), _CMP_GE_OQ));
+      e = _mm256_blendv_ps(e, _mm256_set1_ps(12.f), _mm256_cmp_ps(ab, _mm256_set1_ps(5.f), _CMP_GT_OQ));
+      qv[h] = _mm256_sign_epi32(_mm256_cvttps_epi32(e), _mm256_castps_si256(c));  // -0.0 and 0 give 0 either way
+    }
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + k0), _mm256_permute4x64_epi64(_mm256_packs_epi32(qv[0], qv[1]), 0xD8));
+    __m256i s8 = _mm256_add_epi32(qv[0], qv[1]);
+    __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s8), _mm256_extracti128_si256(s8, 1));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xB1));
+    a.group_scale[size_t(i) * a.num_groups + g] = 0.5f * sc;
+    a.group_sum[size_t(i) * a.num_groups + g] = _mm_cvtsi128_si32(s4);
+  }
+}
+
 }  // namespace
 
 // Blocks of 32 columns (16 for 16-wide weight groups: NVFP4), int4 / e2m1 / int8 codes without g_idx
@@ -732,6 +780,7 @@ void gemm(const GemmJob& j) {
 }
 void quant_row(const float* x, int n, const QuantRowArgs& q, ActBuf& a, int i) {
   if (q.q == RowQuant::kS16 && (a.group == 16 || a.group == 32) && a.ld % a.group == 0) return quant_s16(x, n, a, i);
+  if (q.q == RowQuant::kNVFP4S16 && a.group == 16 && a.ld % 16 == 0) return quant_nvfp4_s16(x, n, q, a, i);
   generic::quant_row(x, n, q, a, i);
 }
 }  // namespace qmoe::cpu::avx2

@@ -107,12 +107,18 @@ struct ExpertSet {
     }
     const char* env = std::getenv("QMOE_CPU_ACT16");
     const bool act16_on = env == nullptr || env[0] != '0';
-    if (rq == RowQuant::kBF16 && kn.act16 && act16_on) {
+    if ((rq == RowQuant::kBF16 || rq == RowQuant::kNVFP4) && kn.act16 && act16_on) {
       block13 = kn.act16(w13), block2 = kn.act16(w2);
-      if (block13 > 0 && block2 > 0) rq = RowQuant::kS16, fmt = ActFmt::kS16;
+      if (rq == RowQuant::kNVFP4 && (block13 != 16 || block2 != 16)) block13 = block2 = 0;  // NVFP4 blocks are 16
+      if (block13 > 0 && block2 > 0) {
+        rq = rq == RowQuant::kBF16 ? RowQuant::kS16 : RowQuant::kNVFP4S16;
+        fmt = ActFmt::kS16;
+      }
     }
     key = w.scheme.key();
   }
+
+  bool nvfp4() const { return rq == RowQuant::kNVFP4 || rq == RowQuant::kNVFP4S16; }
 
   // Static activation parameter of expert e for a projection: the larger shard scale (as the reference).
   static float static_of(const PackedProj& p, int e) {
@@ -125,19 +131,19 @@ struct ExpertSet {
     QuantRowArgs q;
     q.q = rq;
     if (rq == RowQuant::kFp8Static) q.static_scale = static_of(p, e);
-    if (rq == RowQuant::kNVFP4) q.static_scale = 1.f / static_of(p, e);  // G = 1.f / A
+    if (nvfp4()) q.static_scale = 1.f / static_of(p, e);  // G = 1.f / A
     return q;
   }
   // NVFP4 W4A4 epilogue factor (1.f / G), else 1.
   float extra_of(const PackedProj& p, int e) const {
-    if (rq != RowQuant::kNVFP4) return 1.f;
+    if (!nvfp4()) return 1.f;
     const float G = 1.f / static_of(p, e);
     return 1.f / G;
   }
 
   void setup_act(ActBuf& a, const PackedProj& p, int rows, int ld) const {
     a.alloc(fmt, rows, ld);
-    a.row_scale.assign(quantized_acts(aq) && rq != RowQuant::kNVFP4 ? size_t(rows) : 0, 1.f);
+    a.row_scale.assign(quantized_acts(aq) && !nvfp4() ? size_t(rows) : 0, 1.f);
     a.group_scale.clear();
     a.group_sum.clear();
     a.group = 0;
@@ -150,7 +156,7 @@ struct ExpertSet {
       a.group = p.group > 0 && p.gidx.empty() ? p.group : ld;
       a.num_groups = int((ld + a.group - 1) / a.group);
       a.group_sum.assign(size_t(rows) * a.num_groups, 0);
-    } else if (rq == RowQuant::kS16) {
+    } else if (fmt == ActFmt::kS16) {
       a.group = &p == &w13 ? block13 : block2;
       a.num_groups = int((ld + a.group - 1) / a.group);
       a.group_scale.assign(size_t(rows) * a.num_groups, 0.f);
@@ -192,9 +198,10 @@ class CpuLayer final : public MoeLayer {
 
   Tensor forward_routed(const Tensor& x, const Tensor& topk_weights, const Tensor& topk_ids) override;
   Backend backend() const override { return Backend::kCpu; }
-  // "/act16": the routed experts' bf16 activations enter as 16-bit block fixed point (RowQuant::kS16)
+  // "/s16": the routed experts' activations enter the kernels as 16-bit integer codes (ActFmt::kS16:
+  // bf16 as block fixed point, RowQuant::kS16; NVFP4 exactly, kNVFP4S16)
   std::string method_name() const override {
-    return std::string("cpu/") + isa_name(isa_) + "/" + experts_.key + (experts_.rq == RowQuant::kS16 ? "/act16" : "");
+    return std::string("cpu/") + isa_name(isa_) + "/" + experts_.key + (experts_.fmt == ActFmt::kS16 ? "/s16" : "");
   }
 
  private:

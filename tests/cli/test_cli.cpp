@@ -268,10 +268,10 @@ TEST(Cli, CpuBenchFloorUsesTheMeasuredPeakOrBandwidthAlone) {
     for (const auto& row : rows) {
       const double us = row["us"], bytes = double(row["tbps"]) * us * 1e6, flops = double(row["tflops"]) * us * 1e6;
       const double mem_us = bytes / (double(row["read_gbps"]) * 1e3);
-      // layers whose bf16 activations enter as 16-bit fixed point multiply on the integer instruction
+      // layers whose activations enter as 16-bit integer codes multiply on the integer instruction
       const std::string kernel = row["kernel"];
-      const bool act16 = kernel.size() > 6 && kernel.compare(kernel.size() - 6, 6, "/act16") == 0;
-      const double peak = act16 ? row["int8_gops"] : row["bf16_gflops"];
+      const bool s16 = kernel.size() > 4 && kernel.compare(kernel.size() - 4, 4, "/s16") == 0;
+      const double peak = s16 ? row["int8_gops"] : row["bf16_gflops"];
       const std::string what = row.dump();
       if (forced) {
         EXPECT_EQ(peak, 0.0) << what;

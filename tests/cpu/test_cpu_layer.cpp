@@ -163,6 +163,15 @@ int act16_of(cpu::Isa isa, const ExpertWeights& w) {
   return b13 > 0 && b2 > 0 ? b13 : 0;
 }
 
+// Whether the layer on `isa` takes NVFP4 activations as exact 16-bit codes (RowQuant::kNVFP4S16: the
+// same numerics, no bound to add): NVFP4 W4A4 weights the kernels take in 16-column blocks.
+bool nvfp4_s16(cpu::Isa isa, const ExpertWeights& w) {
+  const cpu::Kernels& kn = cpu::kernels_for(isa);
+  const char* env = std::getenv("QMOE_CPU_ACT16");
+  if (!kn.act16 || w.scheme.act != ActQuant::kNVFP4 || (env && env[0] == '0')) return false;
+  return kn.act16(cpu::pack_proj(w, w.w13, true)) == 16 && kn.act16(cpu::pack_proj(w, w.w2, false)) == 16;
+}
+
 // QMOE_CPU_ACT16 set for a scope (nullptr: unset).
 struct Act16Env {
   explicit Act16Env(const char* v) { v ? setenv("QMOE_CPU_ACT16", v, 1) : unsetenv("QMOE_CPU_ACT16"); }
@@ -180,8 +189,9 @@ void expect_cpu_matches(const ExpertWeights& w, const MoeConfig& cfg, const Expe
   for (cpu::Isa isa : isas()) {
     IsaGuard g(isa);
     const int b0 = act16_of(isa, w), b0s = shared ? act16_of(isa, *shared) : 0;
+    const bool n0 = nvfp4_s16(isa, w), n0s = shared && nvfp4_s16(isa, *shared);
     for (const char* env : {static_cast<const char*>(nullptr), "0"}) {
-      if (env && b0 == 0 && b0s == 0) continue;  // nothing to switch off
+      if (env && b0 == 0 && b0s == 0 && !n0 && !n0s) continue;  // nothing to switch off
       Act16Env ev(env);
       const int b = env ? 0 : b0, bs = env ? 0 : b0s;
       const oracle::LayerOut want = oracle::layer(w, cfg, shared, x, tw, ids, b, bs);
@@ -190,11 +200,12 @@ void expect_cpu_matches(const ExpertWeights& w, const MoeConfig& cfg, const Expe
       auto layer = MoeLayer::create(w, cfg, Backend::kCpu, opt_shared);
       const std::string name = layer->method_name();
       EXPECT_NE(name.find(cpu::isa_name(isa)), std::string::npos) << name;
-      EXPECT_EQ(name.size() > 6 && name.compare(name.size() - 6, 6, "/act16") == 0, b > 0) << name;
+      EXPECT_EQ(name.size() > 4 && name.compare(name.size() - 4, 4, "/s16") == 0, b > 0 || (n0 && !env)) << name;
       Tensor y = layer->forward_routed(x, tw, ids);
       ASSERT_EQ(y.dtype(), w.act_dtype);
       ASSERT_EQ(y.shape(), Shape({x.size(0), w.hidden}));
       const std::string tag = what + " [" + cpu::isa_name(isa) + (b > 0 ? ", act16 " + std::to_string(b) : "") +
+                              (n0 && !env ? ", nvfp4 s16" : "") +
                               (bs > 0 ? ", shared act16 " + std::to_string(bs) : "") + (env ? ", QMOE_CPU_ACT16=0" : "") + "]";
       test::CompareResult r = test::compare(y, want.y, want.tol);
       EXPECT_TRUE(r.ok) << r.report(tag + " vs float64 model");
@@ -277,26 +288,32 @@ INSTANTIATE_TEST_SUITE_P(AllSchemes, CpuFewTokens, ::testing::ValuesIn(all_cases
                          [](const auto& info) { return info.param.name; });
 
 // ---- activation quantizers: every ISA build bit-identical to the portable one --------------------
-// The AVX-512 NVFP4 quantizer is hand-vectorized; the layer tests alone would let a wrong rounding
-// through where the oracle bound allows the quantization to resolve differently. Rows hold random
-// values and, for NVFP4, a block whose maximum is exactly 6 with G = 1 (scale 1, r = 1) on a grid of
-// 1/8, so x * r lands on every e2m1 rounding threshold (ties to even).
+// The AVX-512 NVFP4 and the avx2 kNVFP4S16 quantizers are hand-vectorized; the layer tests alone would
+// let a wrong rounding through where the oracle bound allows the quantization to resolve differently.
+// Rows hold random values and, for NVFP4, three blocks whose maximum is exactly 6 on grids of 1/8
+// and 1/4 (with G = 1 at n = 16 and 100: scale 1, r = 1), so x * r lands on every e2m1 rounding threshold
+// (ties to even).
 TEST(CpuQuantRow, IsaBuildsAreBitIdentical) {
   using cpu::RowQuant;
   std::mt19937 rng(5);
-  for (RowQuant rq : {RowQuant::kNVFP4, RowQuant::kInt8Token, RowQuant::kFp8Token, RowQuant::kBF16}) {
+  for (RowQuant rq : {RowQuant::kNVFP4, RowQuant::kNVFP4S16, RowQuant::kInt8Token, RowQuant::kFp8Token, RowQuant::kBF16}) {
     for (int n : {16, 37, 100, 130}) {
       std::vector<float> x(static_cast<size_t>(n));
       for (int k = 0; k < n; ++k) x[size_t(k)] = std::uniform_real_distribution<float>(-3, 3)(rng);
-      if (rq == RowQuant::kNVFP4)
-        for (int k = 0; k < std::min(n, 16); ++k) x[size_t(k)] = (k == 0 ? 6.f : float(k % 13) * 0.125f * (k % 2 ? -1.f : 1.f));
+      const bool nv = rq == RowQuant::kNVFP4 || rq == RowQuant::kNVFP4S16;
+      if (nv)  // blocks 0..2 (with G = 1, n = 16, scale 1): every e2m1 threshold, 0.25 .. 5
+        for (int k = 0; k < std::min(n, 48); ++k) {
+          const float v = k % 16 == 0 ? 6.f : k < 16 ? float(k % 13) * 0.125f : k < 32 ? float(k - 16) * 0.25f : float(k - 24) * 0.25f;
+          x[size_t(k)] = k % 2 ? -v : v;
+        }
       for (int k = 0; k < n; ++k) x[size_t(k)] = codec::round_bf16(x[size_t(k)]);  // inputs are act-dtype values
       std::vector<std::vector<uint8_t>> rows;
       std::vector<float> scales;
       for (cpu::Isa isa : isas()) {
         cpu::ActBuf a;
-        const int ld = n + 29;
-        a.alloc(rq == RowQuant::kInt8Token ? cpu::ActFmt::kS8 : cpu::ActFmt::kBF16, 1, ld);
+        const bool s16 = rq == RowQuant::kNVFP4S16;
+        const int ld = s16 ? int(cpu::round_up(n + 29, 16)) : n + 29;
+        a.alloc(rq == RowQuant::kInt8Token ? cpu::ActFmt::kS8 : s16 ? cpu::ActFmt::kS16 : cpu::ActFmt::kBF16, 1, ld);
         std::memset(a.data.data(), 0x5a, a.data.n);  // padding must be written as zeros
         a.row_scale.assign(1, 0.f);
         if (rq == RowQuant::kInt8Token) {
@@ -304,15 +321,38 @@ TEST(CpuQuantRow, IsaBuildsAreBitIdentical) {
           a.num_groups = (ld + 31) / 32;
           a.group_sum.assign(size_t(a.num_groups), 0);
         }
+        if (s16) {
+          a.group = 16;
+          a.num_groups = ld / 16;
+          a.group_sum.assign(size_t(a.num_groups), -1);
+          a.group_scale.assign(size_t(a.num_groups), -1.f);
+        }
         std::vector<float> tmp(static_cast<size_t>(n) + 16);
         cpu::QuantRowArgs q;
         q.q = rq;
-        q.static_scale = rq == RowQuant::kNVFP4 ? (n == 16 ? 1.f : 0.37f) : 1.f;
+        q.static_scale = nv ? (n == 16 || n == 100 ? 1.f : 0.37f) : 1.f;
         q.scratch = tmp.data();
         cpu::kernels_for(isa).quant_row(x.data(), n, q, a, 0);
-        rows.emplace_back(a.data.data(), a.data.data() + a.data.n);
+        rows.emplace_back(a.data.data(), a.data.data() + size_t(ld) * (rq == RowQuant::kInt8Token ? 1 : 2));
         scales.push_back(a.row_scale[0]);
         for (int32_t g : a.group_sum) scales.push_back(float(g));
+        for (float g : a.group_scale) scales.push_back(g);
+        if (s16) {  // q x group scale: the kNVFP4 quantizer's values, exactly; the block sums
+          cpu::ActBuf b;
+          b.alloc(cpu::ActFmt::kBF16, 1, ld);
+          q.q = RowQuant::kNVFP4;
+          cpu::kernels_for(cpu::Isa::kScalar).quant_row(x.data(), n, q, b, 0);
+          for (int k = 0; k < ld; ++k) {
+            const float got = float(a.row<int16_t>(0)[k]) * a.group_scale[size_t(k / 16)];
+            const float want = codec::bf16_to_f32(b.row<uint16_t>(0)[k]);
+            ASSERT_EQ(got, want) << cpu::isa_name(isa) << " n " << n << " k " << k;
+          }
+          for (int g = 0; g < a.num_groups; ++g) {
+            int32_t sum = 0;
+            for (int k = 16 * g; k < 16 * g + 16; ++k) sum += a.row<int16_t>(0)[k];
+            EXPECT_EQ(a.group_sum[size_t(g)], sum) << cpu::isa_name(isa) << " n " << n << " block " << g;
+          }
+        }
       }
       for (size_t r = 1; r < rows.size(); ++r) {
         EXPECT_EQ(rows[r], rows[0]) << "quant kind " << int(rq) << " n=" << n << " ISA #" << r;

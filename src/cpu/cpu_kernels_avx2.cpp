@@ -78,6 +78,33 @@ inline size_t prefetch_ahead(const PackedProj& w) {
   return job_bytes <= 131072 ? job_bytes : 4096;
 }
 
+// One panel of a job (half 0 / 1 of its 32 rows): codes, zero points and group scales.
+struct PanelPtrs {
+  const uint8_t *pc, *zp, *gs;
+};
+inline PanelPtrs panel_ptrs(const PackedProj& w, const GemmJob& j, int half) {
+  const int pn = 2 * j.pair + half;
+  return {w.panel(j.e, pn), w.has_zp ? w.zp_panel(j.e, pn) : nullptr, w.group > 0 ? w.gscale_panel(j.e, pn) : nullptr};
+}
+
+// Weight group g's scales of a panel's rows 0-7 / 8-15 (1 without group scales; 0 past the last
+// group, where a segment holds only K padding, zero weights). e4m3_fp16: e4m3 scales (validated
+// finite and > 0) as the fp16 value 2^-8 x theirs, the code in a word's high byte shifted down one.
+inline void segment_scales(const PackedProj& w, const uint8_t* gs, int g, bool e4m3_fp16, __m256 (&ws)[2]) {
+  ws[0] = ws[1] = _mm256_set1_ps(1.f);
+  if (!gs) return;
+  if (g >= w.num_groups) {
+    ws[0] = ws[1] = _mm256_setzero_ps();
+  } else if (e4m3_fp16) {
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(gs + size_t(g) * kPanelRows));
+    ws[0] = _mm256_cvtph_ps(_mm_srli_epi16(_mm_unpacklo_epi8(_mm_setzero_si128(), b), 1));
+    ws[1] = _mm256_cvtph_ps(_mm_srli_epi16(_mm_unpackhi_epi8(_mm_setzero_si128(), b), 1));
+  } else {
+    const uint8_t* sp = gs + size_t(g) * kPanelRows * scale_kind_bytes(w.gscale_kind);
+    for (int h = 0; h < 2; ++h) ws[h] = scales8(w.gscale_kind, sp, h);
+  }
+}
+
 // Fused decode-and-dot, T <= 4 activation rows per pass (as the AVX-512 kernels do for few rows):
 // each kpair (2 k x 16 rows) is decoded into four registers and multiplied into every row's sums
 // right away, instead of a whole fp32 panel written to the scratch and read back per row. Per segment (weight group, activation group or all of K) the
@@ -135,7 +162,6 @@ void fused(const GemmJob& j, int seg, float* C) {
         sx[t * nseg + g] = _mm_cvtss_f32(_mm_add_ss(p2, _mm_shuffle_ps(p2, p2, 1)));
       }
   }
-  const size_t sb = scale_kind_bytes(w.gscale_kind);
   const __m256 mag = _mm256_setr_ps(0.f, 0.5f, 1.f, 1.5f, 2.f, 3.f, 4.f, 6.f);
   const __m256i m4 = _mm256_set1_epi32(0xF), s8 = _mm256_set1_epi32(8);
   const __m256i hi16 = _mm256_set1_epi32(static_cast<int>(0xFFFF0000u)), lo16 = _mm256_set1_epi32(0xFFFF);
@@ -143,10 +169,7 @@ void fused(const GemmJob& j, int seg, float* C) {
   const int zgk = w.has_zp ? w.zp_group : Kp;
   const size_t pf = prefetch_ahead(w);  // one line per 64 bytes of codes
   for (int half = 0; half < 2; ++half) {
-    const int pn = 2 * j.pair + half;
-    const uint8_t* pc = w.panel(j.e, pn);
-    const uint8_t* zp = w.has_zp ? w.zp_panel(j.e, pn) : nullptr;
-    const uint8_t* gs = w.group > 0 ? w.gscale_panel(j.e, pn) : nullptr;
+    const auto [pc, zp, gs] = panel_ptrs(w, j, half);
     __m256 out[T][2];
     for (int t = 0; t < T; ++t) out[t][0] = out[t][1] = _mm256_setzero_ps();
     __m256 z[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
@@ -295,13 +318,8 @@ void fused(const GemmJob& j, int seg, float* C) {
       // the segment's scales: weight group (a segment past the last group holds only K padding,
       // zero weights: no scale to read) x the token's activation group scale
       const int g = k0 / seg;
-      __m256 ws[2] = {_mm256_set1_ps(1.f), _mm256_set1_ps(1.f)};
-      if (gs && g >= w.num_groups) {
-        ws[0] = ws[1] = _mm256_setzero_ps();
-      } else if (gs) {
-        const uint8_t* sp = gs + size_t(g) * kPanelRows * sb;
-        for (int h = 0; h < 2; ++h) ws[h] = scales8(w.gscale_kind, sp, h);
-      }
+      __m256 ws[2];
+      segment_scales(w, gs, g, false, ws);
       for (int t = 0; t < T; ++t) {
         const float tg = a.group_scale.empty() ? 1.f : a.group_scale[size_t(j.row0 + t) * a.num_groups + g];
         for (int h = 0; h < 2; ++h) {
@@ -328,7 +346,6 @@ void fused_s8(const GemmJob& j, int seg, float* C) {
   const PackedProj& w = *j.w;
   const ActBuf& a = *j.a;
   const int Kp = w.k_pad;
-  const size_t sb = scale_kind_bytes(w.gscale_kind);
   const __m256i perm = _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7);
   const int8_t* ap[T];
   for (int t = 0; t < T; ++t) ap[t] = a.row<int8_t>(j.row0 + t);
@@ -342,10 +359,7 @@ void fused_s8(const GemmJob& j, int seg, float* C) {
   // 1.12-1.18x, W4A8 (kVnni4) 0.84-0.97x (AVX2 EPYC, fifteenth session)
   const size_t pf = prefetch_ahead(w);
   for (int half = 0; half < 2; ++half) {
-    const int pn = 2 * j.pair + half;
-    const uint8_t* pc = w.panel(j.e, pn);
-    const uint8_t* zp = w.has_zp ? w.zp_panel(j.e, pn) : nullptr;
-    const uint8_t* gs = w.group > 0 ? w.gscale_panel(j.e, pn) : nullptr;
+    const auto [pc, zp, gs] = panel_ptrs(w, j, half);
     __m256 out[T][2];
     for (int t = 0; t < T; ++t) out[t][0] = out[t][1] = _mm256_setzero_ps();
     for (int k0 = 0; k0 < Kp; k0 += seg) {
@@ -386,13 +400,8 @@ void fused_s8(const GemmJob& j, int seg, float* C) {
         }
       }
       const int g = k0 / seg;
-      __m256 ws[2] = {_mm256_set1_ps(1.f), _mm256_set1_ps(1.f)};
-      if (gs && g >= w.num_groups) {
-        ws[0] = ws[1] = _mm256_setzero_ps();
-      } else if (gs) {
-        const uint8_t* sp = gs + size_t(g) * kPanelRows * sb;
-        for (int h = 0; h < 2; ++h) ws[h] = scales8(w.gscale_kind, sp, h);
-      }
+      __m256 ws[2];
+      segment_scales(w, gs, g, false, ws);
       __m256i z[2];
       for (int h = 0; h < 2; ++h) {
         if (w.has_zp) {
@@ -433,7 +442,6 @@ void fused_s16(const GemmJob& j, float* C) {
   const ActBuf& a = *j.a;
   const int Kp = w.k_pad, B = a.group, nb = a.num_groups;
   const int seg = w.group > 0 ? w.group : Kp;  // multiple of B (act16), or all of K
-  const size_t sb = scale_kind_bytes(w.gscale_kind);
   const int16_t* xq[T];
   const float* xs[T];
   const int32_t* xsum[T];
@@ -458,26 +466,14 @@ void fused_s16(const GemmJob& j, float* C) {
   const int zgk = w.has_zp ? w.zp_group : Kp;
   const size_t pf = prefetch_ahead(w);
   for (int half = 0; half < 2; ++half) {
-    const int pn = 2 * j.pair + half;
-    const uint8_t* pc = w.panel(j.e, pn);
-    const uint8_t* zp = w.has_zp ? w.zp_panel(j.e, pn) : nullptr;
-    const uint8_t* gs = w.group > 0 ? w.gscale_panel(j.e, pn) : nullptr;
+    const auto [pc, zp, gs] = panel_ptrs(w, j, half);
     __m256 out[T][2];
     for (int t = 0; t < T; ++t) out[t][0] = out[t][1] = _mm256_setzero_ps();
     int blk = 0;  // kb / B (divisions by run-time values cost ~10-40 cycles each: counters)
     for (int k0 = 0, g = 0; k0 < Kp; k0 += seg, ++g) {
       const int k1 = std::min(Kp, k0 + seg);
-      __m256 ws[2] = {_mm256_set1_ps(1.f), _mm256_set1_ps(1.f)};
-      if (gs && g >= w.num_groups) {  // K padding only: zero weights, no scale to read
-        ws[0] = ws[1] = _mm256_setzero_ps();
-      } else if (gs && e4m3_fp16) {  // code in a word's high byte, shifted down one: fp16 bits of 2^-8 x s
-        const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(gs + size_t(g) * kPanelRows));
-        ws[0] = _mm256_cvtph_ps(_mm_srli_epi16(_mm_unpacklo_epi8(_mm_setzero_si128(), b), 1));
-        ws[1] = _mm256_cvtph_ps(_mm_srli_epi16(_mm_unpackhi_epi8(_mm_setzero_si128(), b), 1));
-      } else if (gs) {
-        const uint8_t* sp = gs + size_t(g) * kPanelRows * sb;
-        for (int h = 0; h < 2; ++h) ws[h] = scales8(w.gscale_kind, sp, h);
-      }
+      __m256 ws[2];
+      segment_scales(w, gs, g, e4m3_fp16, ws);
       for (int kb = k0; kb < k1; kb += B, ++blk) {
         const int kb1 = std::min(k1, kb + B);
         __m256i acc[T][2];
@@ -581,6 +577,20 @@ void fused_t(const GemmJob& j, int seg, float* C) {
   }
 }
 
+// Runs a job in passes of up to four activation rows (their sums fill the registers; the weights
+// are decoded again per pass): run(pass) fills the scratch's [rows][32] sums, finish writes them.
+template <class F>
+void in_passes_of_four(const GemmJob& j, F&& run) {
+  for (int t0 = 0; t0 < j.nrows; t0 += 4) {
+    GemmJob s = j;
+    s.row0 = j.row0 + t0;
+    s.nrows = std::min(4, j.nrows - t0);
+    s.out = j.out + size_t(t0) * j.ldo;
+    run(s);
+    generic::finish(s, j.scratch);
+  }
+}
+
 // The fused kernel where it applies (bf16 / int8 / fp8 / int4 / e2m1 codes, no g_idx, 16-bit / fp32
 // activations, segments and zero-point groups in whole kpairs / 8-column blocks).
 bool fused_s8_gemm(const GemmJob& j);
@@ -601,12 +611,7 @@ bool fused_gemm(const GemmJob& j) {
   if (seg % unit != 0 || (w.has_zp && (w.zp_group <= 0 || w.zp_group % unit != 0))) return false;
   if (w.code != CodeKind::kBF16 && w.code != CodeKind::kInt8 && w.code != CodeKind::kFp8 && !word4) return false;
   float* C = j.scratch;  // [T][32], then the tokens' fp32 rows (<= 4 x k_pad floats of the scratch)
-  // up to four rows at a time (their sums fill the registers), the weights decoded again per four
-  for (int t0 = 0; t0 < j.nrows; t0 += 4) {
-    GemmJob s = j;
-    s.row0 = j.row0 + t0;
-    s.nrows = std::min(4, j.nrows - t0);
-    s.out = j.out + size_t(t0) * j.ldo;
+  in_passes_of_four(j, [&](const GemmJob& s) {
     switch (w.code) {
       case CodeKind::kBF16: fused_t<CodeKind::kBF16>(s, seg, C); break;
       case CodeKind::kInt8: fused_t<CodeKind::kInt8>(s, seg, C); break;
@@ -620,8 +625,7 @@ bool fused_gemm(const GemmJob& j) {
         break;
       default: fused_t<CodeKind::kFp4>(s, seg, C); break;
     }
-    generic::finish(s, C);
-  }
+  });
   return true;
 }
 
@@ -635,16 +639,10 @@ bool fused_s8_gemm(const GemmJob& j) {
   const int seg = w.group > 0 ? w.group : w.k_pad;
   const int unit = w.code == CodeKind::kVnni8 ? 4 : 8;
   if (seg % unit != 0 || (w.has_zp && (w.zp_group <= 0 || w.zp_group % seg != 0))) return false;
-  float* C = j.scratch;
-  for (int t0 = 0; t0 < j.nrows; t0 += 4) {
-    GemmJob s = j;
-    s.row0 = j.row0 + t0;
-    s.nrows = std::min(4, j.nrows - t0);
-    s.out = j.out + size_t(t0) * j.ldo;
-    if (w.code == CodeKind::kVnni8) fused_s8_t<CodeKind::kVnni8>(s, seg, C);
-    else fused_s8_t<CodeKind::kVnni4>(s, seg, C);
-    generic::finish(s, C);
-  }
+  in_passes_of_four(j, [&](const GemmJob& s) {
+    if (w.code == CodeKind::kVnni8) fused_s8_t<CodeKind::kVnni8>(s, seg, j.scratch);
+    else fused_s8_t<CodeKind::kVnni4>(s, seg, j.scratch);
+  });
   return true;
 }
 
@@ -653,19 +651,13 @@ bool fused_s16_gemm(const GemmJob& j) {
   const PackedProj& w = *j.w;
   const ActBuf& a = *j.a;
   if (j.nrows < 1 || a.group <= 0 || act16(w) != a.group) return false;
-  float* C = j.scratch;
-  for (int t0 = 0; t0 < j.nrows; t0 += 4) {
-    GemmJob s = j;
-    s.row0 = j.row0 + t0;
-    s.nrows = std::min(4, j.nrows - t0);
-    s.out = j.out + size_t(t0) * j.ldo;
+  in_passes_of_four(j, [&](const GemmJob& s) {
     switch (w.code) {
-      case CodeKind::kInt4: fused_s16_t<CodeKind::kInt4>(s, C); break;
-      case CodeKind::kFp4: fused_s16_t<CodeKind::kFp4>(s, C); break;
-      default: fused_s16_t<CodeKind::kInt8>(s, C); break;
+      case CodeKind::kInt4: fused_s16_t<CodeKind::kInt4>(s, j.scratch); break;
+      case CodeKind::kFp4: fused_s16_t<CodeKind::kFp4>(s, j.scratch); break;
+      default: fused_s16_t<CodeKind::kInt8>(s, j.scratch); break;
     }
-    generic::finish(s, C);
-  }
+  });
   return true;
 }
 

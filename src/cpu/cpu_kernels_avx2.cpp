@@ -90,7 +90,9 @@ inline PanelPtrs panel_ptrs(const PackedProj& w, const GemmJob& j, int half) {
 // Weight group g's scales of a panel's rows 0-7 / 8-15 (1 without group scales; 0 past the last
 // group, where a segment holds only K padding, zero weights). e4m3_fp16: e4m3 scales (validated
 // finite and > 0) as the fp16 value 2^-8 x theirs, the code in a word's high byte shifted down one.
-inline void segment_scales(const PackedProj& w, const uint8_t* gs, int g, bool e4m3_fp16, __m256 (&ws)[2]) {
+// sb: scale_kind_bytes(w.gscale_kind), hoisted by the caller (an out-of-line call here, once per group,
+// made the compiler save every live vector register around it).
+inline void segment_scales(const PackedProj& w, const uint8_t* gs, size_t sb, int g, bool e4m3_fp16, __m256 (&ws)[2]) {
   ws[0] = ws[1] = _mm256_set1_ps(1.f);
   if (!gs) return;
   if (g >= w.num_groups) {
@@ -100,7 +102,7 @@ inline void segment_scales(const PackedProj& w, const uint8_t* gs, int g, bool e
     ws[0] = _mm256_cvtph_ps(_mm_srli_epi16(_mm_unpacklo_epi8(_mm_setzero_si128(), b), 1));
     ws[1] = _mm256_cvtph_ps(_mm_srli_epi16(_mm_unpackhi_epi8(_mm_setzero_si128(), b), 1));
   } else {
-    const uint8_t* sp = gs + size_t(g) * kPanelRows * scale_kind_bytes(w.gscale_kind);
+    const uint8_t* sp = gs + size_t(g) * kPanelRows * sb;
     for (int h = 0; h < 2; ++h) ws[h] = scales8(w.gscale_kind, sp, h);
   }
 }
@@ -125,6 +127,7 @@ inline void segment_scales(const PackedProj& w, const uint8_t* gs, int g, bool e
 template <CodeKind CK, int T, bool OFF = false>
 void fused(const GemmJob& j, int seg, float* C) {
   const PackedProj& w = *j.w;
+  const size_t sb = scale_kind_bytes(w.gscale_kind);
   const ActBuf& a = *j.a;
   const int Kp = w.k_pad;
   constexpr int NC = T <= 2 ? 2 : 1;  // independent FMA chains per token and half (even / odd k)
@@ -319,7 +322,7 @@ void fused(const GemmJob& j, int seg, float* C) {
       // zero weights: no scale to read) x the token's activation group scale
       const int g = k0 / seg;
       __m256 ws[2];
-      segment_scales(w, gs, g, false, ws);
+      segment_scales(w, gs, sb, g, false, ws);
       for (int t = 0; t < T; ++t) {
         const float tg = a.group_scale.empty() ? 1.f : a.group_scale[size_t(j.row0 + t) * a.num_groups + g];
         for (int h = 0; h < 2; ++h) {
@@ -344,6 +347,7 @@ void fused(const GemmJob& j, int seg, float* C) {
 template <CodeKind CK, int T>
 void fused_s8(const GemmJob& j, int seg, float* C) {
   const PackedProj& w = *j.w;
+  const size_t sb = scale_kind_bytes(w.gscale_kind);
   const ActBuf& a = *j.a;
   const int Kp = w.k_pad;
   const __m256i perm = _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7);
@@ -401,7 +405,7 @@ void fused_s8(const GemmJob& j, int seg, float* C) {
       }
       const int g = k0 / seg;
       __m256 ws[2];
-      segment_scales(w, gs, g, false, ws);
+      segment_scales(w, gs, sb, g, false, ws);
       __m256i z[2];
       for (int h = 0; h < 2; ++h) {
         if (w.has_zp) {
@@ -439,6 +443,7 @@ void fused_s8(const GemmJob& j, int seg, float* C) {
 template <CodeKind CK, int T>
 void fused_s16(const GemmJob& j, float* C) {
   const PackedProj& w = *j.w;
+  const size_t sb = scale_kind_bytes(w.gscale_kind);
   const ActBuf& a = *j.a;
   const int Kp = w.k_pad, B = a.group, nb = a.num_groups;
   const int seg = w.group > 0 ? w.group : Kp;  // multiple of B (act16), or all of K
@@ -473,7 +478,7 @@ void fused_s16(const GemmJob& j, float* C) {
     for (int k0 = 0, g = 0; k0 < Kp; k0 += seg, ++g) {
       const int k1 = std::min(Kp, k0 + seg);
       __m256 ws[2];
-      segment_scales(w, gs, g, e4m3_fp16, ws);
+      segment_scales(w, gs, sb, g, e4m3_fp16, ws);
       for (int kb = k0; kb < k1; kb += B, ++blk) {
         const int kb1 = std::min(k1, kb + B);
         __m256i acc[T][2];

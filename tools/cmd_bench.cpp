@@ -17,6 +17,7 @@
 #include <random>
 #include <set>
 #include <sstream>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 
@@ -285,7 +286,7 @@ int run_bench(const Opts& o) {
         const double bytes = wbytes + io;
         // CPU layers whose activations enter as 16-bit integer codes (method "/s16") multiply on the
         // integer instruction
-        const bool s16 = cpu && r.note.size() > 4 && r.note.compare(r.note.size() - 4, 4, "/s16") == 0;
+        const bool s16 = cpu && std::string_view(r.note).ends_with("/s16");
         const double peak = sc.int8_acts || s16 ? int8_gops : (!cpu && sc.fp8 && fp8_gflops > 0) ? fp8_gflops : bf16_gflops;
         if (r.read_gbps <= 0) r.read_gbps = read_gbps;
         if (cpu) {

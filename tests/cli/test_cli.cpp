@@ -13,6 +13,7 @@
 #include <fstream>
 #include <functional>
 #include <sstream>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 
@@ -270,7 +271,7 @@ TEST(Cli, CpuBenchFloorUsesTheMeasuredPeakOrBandwidthAlone) {
       const double mem_us = bytes / (double(row["read_gbps"]) * 1e3);
       // layers whose activations enter as 16-bit integer codes multiply on the integer instruction
       const std::string kernel = row["kernel"];
-      const bool s16 = kernel.size() > 4 && kernel.compare(kernel.size() - 4, 4, "/s16") == 0;
+      const bool s16 = std::string_view(kernel).ends_with("/s16");
       const double peak = s16 ? row["int8_gops"] : row["bf16_gflops"];
       const std::string what = row.dump();
       if (forced) {

@@ -16,6 +16,7 @@
 #include <random>
 #include <cmath>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/moe_cases.h"
@@ -151,25 +152,24 @@ std::vector<Case> all_cases() {
   return c;
 }
 
-// The activation block the CPU layer on `isa` takes one expert set's bf16 GEMM inputs in as 16-bit
-// fixed point (RowQuant::kS16), 0 for none: the kernels' rule (Kernels::act16) for both projections,
-// A16 schemes with bf16 activations, unless QMOE_CPU_ACT16=0.
-int act16_of(cpu::Isa isa, const ExpertWeights& w) {
+// How the CPU layer on `isa` feeds one expert set's GEMM inputs as 16-bit integer codes (layer method
+// "/s16"), by the kernels' rule (Kernels::act16) for both projections, unless QMOE_CPU_ACT16=0:
+// `block` > 0: bf16 activations of an A16 scheme as block fixed point (RowQuant::kS16, the oracle's
+// act16 bound); `nvfp4`: NVFP4 activations as exact codes (RowQuant::kNVFP4S16, no bound to add).
+struct S16 {
+  int block = 0;
+  bool nvfp4 = false;
+  bool any() const { return block > 0 || nvfp4; }
+};
+S16 s16_of(cpu::Isa isa, const ExpertWeights& w) {
   const cpu::Kernels& kn = cpu::kernels_for(isa);
   const char* env = std::getenv("QMOE_CPU_ACT16");
-  if (!kn.act16 || w.scheme.act != ActQuant::kNone || w.act_dtype != DType::kBF16 || (env && env[0] == '0')) return 0;
+  const bool a16 = w.scheme.act == ActQuant::kNone && w.act_dtype == DType::kBF16;
+  if (!kn.act16 || (env && env[0] == '0') || !(a16 || w.scheme.act == ActQuant::kNVFP4)) return {};
   const int b13 = kn.act16(cpu::pack_proj(w, w.w13, true)), b2 = kn.act16(cpu::pack_proj(w, w.w2, false));
   EXPECT_TRUE(b13 == b2 || b13 == 0 || b2 == 0) << b13 << " " << b2;
-  return b13 > 0 && b2 > 0 ? b13 : 0;
-}
-
-// Whether the layer on `isa` takes NVFP4 activations as exact 16-bit codes (RowQuant::kNVFP4S16: the
-// same numerics, no bound to add): NVFP4 W4A4 weights the kernels take in 16-column blocks.
-bool nvfp4_s16(cpu::Isa isa, const ExpertWeights& w) {
-  const cpu::Kernels& kn = cpu::kernels_for(isa);
-  const char* env = std::getenv("QMOE_CPU_ACT16");
-  if (!kn.act16 || w.scheme.act != ActQuant::kNVFP4 || (env && env[0] == '0')) return false;
-  return kn.act16(cpu::pack_proj(w, w.w13, true)) == 16 && kn.act16(cpu::pack_proj(w, w.w2, false)) == 16;
+  if (a16) return {b13 > 0 && b2 > 0 ? b13 : 0, false};
+  return {0, b13 == 16 && b2 == 16};
 }
 
 // QMOE_CPU_ACT16 set for a scope (nullptr: unset).
@@ -188,10 +188,11 @@ void expect_cpu_matches(const ExpertWeights& w, const MoeConfig& cfg, const Expe
   const std::vector<double> ref_vals = test::values(yref);
   for (cpu::Isa isa : isas()) {
     IsaGuard g(isa);
-    const int b0 = act16_of(isa, w), b0s = shared ? act16_of(isa, *shared) : 0;
-    const bool n0 = nvfp4_s16(isa, w), n0s = shared && nvfp4_s16(isa, *shared);
+    const S16 r0 = s16_of(isa, w), s0 = shared ? s16_of(isa, *shared) : S16{};
+    const int b0 = r0.block, b0s = s0.block;
+    const bool n0 = r0.nvfp4;
     for (const char* env : {static_cast<const char*>(nullptr), "0"}) {
-      if (env && b0 == 0 && b0s == 0 && !n0 && !n0s) continue;  // nothing to switch off
+      if (env && !r0.any() && !s0.any()) continue;  // nothing to switch off
       Act16Env ev(env);
       const int b = env ? 0 : b0, bs = env ? 0 : b0s;
       const oracle::LayerOut want = oracle::layer(w, cfg, shared, x, tw, ids, b, bs);
@@ -200,7 +201,7 @@ void expect_cpu_matches(const ExpertWeights& w, const MoeConfig& cfg, const Expe
       auto layer = MoeLayer::create(w, cfg, Backend::kCpu, opt_shared);
       const std::string name = layer->method_name();
       EXPECT_NE(name.find(cpu::isa_name(isa)), std::string::npos) << name;
-      EXPECT_EQ(name.size() > 4 && name.compare(name.size() - 4, 4, "/s16") == 0, b > 0 || (n0 && !env)) << name;
+      EXPECT_EQ(std::string_view(name).ends_with("/s16"), b > 0 || (n0 && !env)) << name;
       Tensor y = layer->forward_routed(x, tw, ids);
       ASSERT_EQ(y.dtype(), w.act_dtype);
       ASSERT_EQ(y.shape(), Shape({x.size(0), w.hidden}));
@@ -646,7 +647,7 @@ TEST(CpuEdge, LargeThenSmallBatchOnOneLayer) {
         Tensor tw, ids;
         random_routing(M, 2, 3, 40 + M, tw, ids);
         Tensor y = layer->forward_routed(x, tw, ids);
-        oracle::LayerOut want = oracle::layer(w, cfg, nullptr, x, tw, ids, act16_of(isa, w));
+        oracle::LayerOut want = oracle::layer(w, cfg, nullptr, x, tw, ids, s16_of(isa, w).block);
         test::CompareResult r = test::compare(y, want.y, want.tol);
         EXPECT_TRUE(r.ok) << r.report(std::string(scheme_kind_name(k)) + " M=" + std::to_string(M) + " [" +
                                       cpu::isa_name(isa) + "]");

@@ -21,7 +21,8 @@ def gen(name, n, ptx_types, k, acc="f", a_regs=False, trans=True, d_len=0):
                 f"__device__ __forceinline__ void {name}({ctype} (&d)[{d_len or nreg}], const uint32_t (&a)[4], uint64_t db, int scale_d) {{"]
         a_op = f"{{%{nreg}, %{nreg + 1}, %{nreg + 2}, %{nreg + 3}}}, %{nreg + 4}"
         pred = nreg + 5
-        tail = ", 1, 1, 0"  # imm-scale-a, imm-scale-b, imm-trans-b
+        # imm-scale-a, imm-scale-b, and for 16-bit types imm-trans-b (8-bit types have no transpose)
+        tail = ", 1, 1, 0" if trans else ", 1, 1"
         ins = '"r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d)'
     else:
         head = [f"// D[64 x {n}] (+)= A[64 x {k}] * B[{n} x {k}]^T from shared memory (K-major descriptors);",
@@ -76,4 +77,10 @@ out.append(gen("wgmma_ra_n32_of64_bf16", 32, "bf16.bf16", 16, a_regs=True, d_len
 out.append(gen("wgmma_ra_n32_of64_f16", 32, "f16.f16", 16, a_regs=True, d_len=32))
 out.append(gen("wgmma_ra_n16_of32_bf16", 16, "bf16.bf16", 16, a_regs=True, d_len=16))
 out.append(gen("wgmma_ra_n16_of32_f16", 16, "f16.f16", 16, a_regs=True, d_len=16))
+# W4A8 (int4 weights x fp8 activations) on QGMMA: int4 codes converted to e4m3 in registers (A),
+# the M-block's e4m3 token rows from shared memory (B); 128- and 64-row token tiles and their halves
+out.append(gen("wgmma_ra_n128_e4m3", 128, "e4m3.e4m3", 32, a_regs=True, trans=False))
+out.append(gen("wgmma_ra_n64_of128_e4m3", 64, "e4m3.e4m3", 32, a_regs=True, trans=False, d_len=64))
+out.append(gen("wgmma_ra_n64_e4m3", 64, "e4m3.e4m3", 32, a_regs=True, trans=False))
+out.append(gen("wgmma_ra_n32_of64_e4m3", 32, "e4m3.e4m3", 32, a_regs=True, trans=False, d_len=32))
 open("src/cuda/sm90_wgmma.inc", "w").write("\n\n".join(out) + "\n")

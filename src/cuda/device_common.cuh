@@ -289,6 +289,16 @@ __device__ __forceinline__ uint2 e4m3_codes8(const float (&q)[8]) {
   }
   return make_uint2(w[0], w[1]);
 }
+// The codes of 16 columns held by a lane pair (even lane: columns 0-7, odd lane: 8-15) in the
+// Sm90Gather::kperm order: position 4q + 2u + b holds column 8u + 2q + b, so the even lane stores
+// positions 0-7 (columns 0 1 8 9 2 3 10 11) and the odd lane 8-15 (4 5 12 13 6 7 14 15). Each lane
+// sends the partner the word it needs (the even lane its columns 4-7, the odd lane its 8-11); every
+// lane of the warp must call it.
+__device__ __forceinline__ uint2 perm16_pair(uint2 c, bool odd) {
+  const uint32_t other = __shfl_xor_sync(0xffffffffu, odd ? c.x : c.y, 1);
+  const uint32_t x = odd ? other : c.x, y = odd ? c.y : other;
+  return make_uint2(__byte_perm(x, y, 0x5410), __byte_perm(x, y, 0x7632));
+}
 
 // ---- activation rows in registers (act_prep, the Hopper gather) --------------------------------------
 // A block holds one row of `cols` 16-bit values (cols % 8 == 0, 16-byte aligned rows) in registers:
@@ -389,7 +399,10 @@ __device__ __forceinline__ float row_max(float v, float* red) {
 // The values as act_prep_kernel / the reference compute them (numerics.md: s = max(amax, 1e-10) /
 // 448, q = e4m3_satfinite(x / s), the division correctly rounded: RowDiv). red: 4 floats of
 // shared scratch (row_max).
-template <class Op, int WPR, bool CODES, class Store, class Scale>
+// PERM (CODES, quant 1 / 3): the codes of each 16 columns (chunks 2m, 2m + 1 on lanes 2m, 2m + 1)
+// are stored in the Sm90Gather::kperm order (perm16_pair), and a row's codes run to an even chunk
+// count (zeros past the row).
+template <class Op, int WPR, bool CODES, bool PERM = false, class Store, class Scale>
 __device__ __forceinline__ void warp_row_quant(const typename Op::T* src, int nch, bool w_on, float w, int quant,
                                                float s, float* red, Store&& store, Scale&& scale) {
   const int tr = threadIdx.x & (32 * WPR - 1);
@@ -427,6 +440,14 @@ __device__ __forceinline__ void warp_row_quant(const typename Op::T* src, int nc
     const RowDiv div(s);
     const bool fast = RowDiv::safe(s);
     warp_row_chunks<Op, WPR>(src, nch, w_on, w, [&](int c, const float (&v)[8]) {
+      if constexpr (PERM) {  // every lane: the pair exchange shuffles
+        float q[8];
+#pragma unroll
+        for (int j = 0; j < 8; ++j) q[j] = c < nch ? (fast ? div(v[j]) : v[j] / s) : 0.f;
+        const uint2 codes = perm16_pair(e4m3_codes8(q), c & 1);
+        if (c < (nch + 1) / 2 * 2) store(c, codes);
+        return;
+      }
       if (c >= nch) return;
       float q[8];
 #pragma unroll

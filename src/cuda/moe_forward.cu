@@ -134,6 +134,11 @@ bool proj_folds(const DevExperts& ex, const DevProj& pr) {
   return pr.scale16 && chunk_of(pr, ex.act_quant) < pr.kp;
 }
 
+// W4A8 with fp8 per-token activations on QGMMA (Sm90Gemm::q8: the int4 codes converted to e4m3 in
+// registers, the activation codes multiplied as they are); QMOE_CUDA_W4A8_QGMMA=0 keeps them as
+// exact 16-bit values on HGMMA (measurements, tests; read per plan).
+bool w4a8_qgmma_on() { return env_on("QMOE_CUDA_W4A8_QGMMA"); }
+
 // One consumer warpgroup for an expert's last 128-row M-block when it holds <= 64 live rows
 // (Sm90Gemm::half_tail); QMOE_CUDA_HALF_TAIL=0 turns it off for measurements.
 bool half_tail_on() {
@@ -243,6 +248,8 @@ struct ExpertsPlan {
   // int4 WNA16 group scales folded into the wq kernel's operands (Sm90Gemm::fold) where a
   // projection has scales that change along K
   bool fold = false;
+  // W4A8 fp8 on QGMMA (Sm90Gemm::q8): A and h rows as e4m3 codes in the Sm90Gather::kperm order
+  bool q8 = false;
   void* xq = nullptr;
   float* xq_scale = nullptr;
 
@@ -285,9 +292,14 @@ struct ExpertsPlan {
       // there, 1.05-1.12x on 64- and 128-row tiles
       fold = op.wq && ex.fmt == WFmt::kU4 && ex.act_quant == ActQuant::kNone && bm >= 64 && wq_fold_on() &&
              (proj_folds(ex, ex.w13) || proj_folds(ex, ex.w2));
+      const auto q8_fits = [&](const DevProj& pr) {
+        return sm90_wq_q8_supports(bm, chunk_of(pr, ex.act_quant) >= pr.kp);
+      };
+      q8 = op.wq && ex.fmt == WFmt::kU4 && ex.act_quant == ActQuant::kFP8Token && q8_fits(ex.w13) &&
+           q8_fits(ex.w2) && w4a8_qgmma_on();
       as = cv.take<char>(static_cast<size_t>(cap) * ex.w13.kp * esz);
       hs = cv.take<char>(static_cast<size_t>(cap) * ex.w2.kp * 2);
-      if (op.bytes) {
+      if (op.bytes || q8) {
         a_groups = ex.act_quant == ActQuant::kFP8Group128 ? (ex.hidden + 127) / 128 : 1;
         a_scale = cv.take<float>(static_cast<size_t>(cap) * a_groups);
         hsq = cv.take<char>(static_cast<size_t>(cap) * ex.w2.kp);
@@ -482,7 +494,8 @@ void run_experts_sm90(const DevExperts& ex, const ExpertsPlan& pl, const void* x
   g.numel = static_cast<int>(pl.numel);
   g.rows = pl.cap;
   g.quant = qa;
-  g.out16 = op.q16 ? 1 : 0;
+  g.out16 = op.q16 && !pl.q8 ? 1 : 0;
+  g.kperm = pl.q8 ? 1 : 0;
   g.in_scale = ex.w13.in_scale_dev.as<float>();
   g.out = pl.as;
   g.out_pitch = ex.w13.kp;
@@ -537,6 +550,7 @@ void run_experts_sm90(const DevExperts& ex, const ExpertsPlan& pl, const void* x
     q.zero = pr.zero.as<float>();
     q.chunk = chunk_of(pr, ex.act_quant);
     q.fold = pl.fold && proj_folds(ex, pr) ? 1 : 0;
+    q.q8 = pl.q8 ? 1 : 0;
   };
   // int4 / int8 weights: the quantized-weight wgmma kernel on the prepared atoms
   auto launch = [&](const Sm90Gemm& q) {
@@ -771,7 +785,7 @@ std::string forward_kernels(const DevExperts& ex, int64_t m, int top_k) {
   if (p.routed.wg)
     return str(ex.method, " gemm1=sm90-wgmma", p.routed.bm == 128 ? "" : std::to_string(p.routed.bm),
                " gemm2=sm90-wgmma", p.routed.bm == 128 ? "" : std::to_string(p.routed.bm),
-               p.routed.quant_once ? " x-once" : "", p.routed.fold ? " fold" : "");
+               p.routed.quant_once ? " x-once" : "", p.routed.fold ? " fold" : "", p.routed.q8 ? " q8" : "");
   if (p.routed.dec)
     return str(ex.method, " gemm1=", p.routed.dec90_1 ? "decode90" : "decode", p.routed.dec_r == 16 ? "r16" : "",
                "/split", p.routed.c1.splits, " gemm2=", p.routed.dec90_2 ? "decode90" : "decode",

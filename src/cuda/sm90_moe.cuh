@@ -54,6 +54,10 @@ struct Sm90Gemm {
   // 1: int4 WNA16 group scales (all exact operand-dtype values: DevProj::scale16) are folded into the
   // dequantized operands, one rounding per weight (numerics.md "Products"); 0: promoted in fp32
   int fold = 0;
+  // 1: W4A8 with fp8 per-token activations on QGMMA (int4 atoms converted to e4m3 in registers; `a`
+  // holds e4m3 codes in the Sm90Gather::kperm order, a_pitch bytes per row); 0: exact 16-bit values
+  // on HGMMA (sm90_moe_gemm.cu "Q8", numerics.md "Products")
+  int q8 = 0;
   // epilogue
   int stage = 1;                    // 1: h[pos][ldo] = act(...) (operand dtype); 2: o[slot][ldo] f32 * topk_w
   int act = 0;
@@ -83,6 +87,10 @@ struct Sm90Gather {
   // value as an exact operand-dtype value (bf16 / fp16: the quantized-weight kernel's B operand,
   // as act_prep / act_prep_q write them) with its scale (NVFP4: 1 / G) in `scales`
   int out16 = 0;
+  // 1 (W4A8 on QGMMA, Sm90Gemm::q8; quant 1 / 3 codes): within each 16 columns, position 4q + 2u + b
+  // holds column 8u + 2q + b (the k order of the int4 atoms' words), and a row's codes run to a
+  // multiple of 16 columns (zeros for the columns past cols); sm90_kperm_pos
+  int kperm = 0;
   void* out = nullptr;              // [rows][out_pitch] operand dtype (quant 0, out16) or bytes
   int out_pitch = 0;
   float* scales = nullptr;          // [rows][groups]
@@ -114,6 +122,11 @@ inline size_t sm90_plain_bytes(int E, int np, int kp, int bits) {
   return static_cast<size_t>(E) * sm90_plain_nt(np) * sm90_plain_kt(kp, bits) * 256 * 128;
 }
 
+// Position of column i in a Sm90Gather::kperm row.
+__host__ __device__ inline int sm90_kperm_pos(int i) {
+  return (i & ~15) | (((i >> 1) & 3) << 2) | (((i >> 3) & 1) << 1) | (i & 1);
+}
+
 // True when this process can run the sm_90a kernels (an sm_90 device and the 90a code present).
 // QMOE_CUDA_WGMMA=0 turns the path off.
 bool sm90_available();
@@ -129,6 +142,8 @@ void launch_sm90_gemm(bool f16, int kind, const Sm90Gemm& p, cudaStream_t s);
 // tokens per CTA (sm90_moe_gemm.cu). Quantized activations (W4A8, W4A4) arrive as exact 16-bit
 // values (Sm90Gather::out16) with row_scale their per-position scales.
 void launch_sm90_wq_gemm(bool f16, WFmt fmt, const Sm90Gemm& p, cudaStream_t s);
+// Whether the Q8 form (Sm90Gemm::q8) runs M-blocks of `block` rows with channel (or group) scales.
+bool sm90_wq_q8_supports(int block, bool channel);
 // The streaming kernel for memory-bound M (sm90_moe_gemm.cu): 16-bit (kind 0) or fp8 weights with
 // one scale pair for all of K (kind 1), M-blocks of 16 or 64 rows (p.block), weights as wgmma's A.
 void launch_sm90_stream(bool f16, int kind, const Sm90Gemm& p, cudaStream_t s);

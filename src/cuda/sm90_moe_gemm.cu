@@ -711,16 +711,68 @@ constexpr int wq_ctas() {
 constexpr int kWqRingBytes = 192 * 1024;
 // TN: the M-block's token rows, wgmma's N (128, or 64 / 32 where experts hold few rows: a 128-row
 // block there is mostly padding, and its tensor work and token bytes scale with TN).
-template <WFmt F, int TN = kBM, int SC = kScChannel>
+template <WFmt F, int TN = kBM, int SC = kScChannel, bool Q8 = false>
 struct WqCfg {
   static_assert(TN == 128 || TN == 64 || TN == 32, "token tiles of 128, 64 or 32 rows");
   static constexpr int ATOMS = 128 / WqFmt<F>::KA;     // atoms per n16 tile per 128-k stage
-  static constexpr int X_ST = 2 * TN * 128;            // TN tokens x 128 k (bf16) as two 64-k boxes
+  // TN tokens x 128 k: 16-bit values as two 64-k boxes, or (Q8) e4m3 codes as one 128-byte box
+  static constexpr int X_ST = (Q8 ? 1 : 2) * TN * 128;
   static constexpr int W_ST = 8 * ATOMS * WqFmt<F>::UNIT;  // 8 n16 tiles
   static constexpr int RING = kWqRingBytes / wq_ctas<F, TN, SC>();
   static constexpr int STAGES = TN == 128 ? kWqStages : (RING / (X_ST + W_ST) < 12 ? RING / (X_ST + W_ST) : 12);
   static constexpr int SMEM = STAGES * (X_ST + W_ST) + 2 * STAGES * 8 + 3 * TN * 4 + 1024;  // + row scales, slots, weights
 };
+// W4A8 with fp8 activations on QGMMA (the wq kernel's Q8 form, Sm90Gemm::q8). The int4 codes become
+// e4m3 operands in registers: each pair of (u - z) is made exact in fp16 (dq_u4_pair, |u - z| <= 15)
+// and converted by cvt.rn.satfinite.e4m3x2.f16x2 (exact: e4m3 holds every integer up to 16), so
+// every product is the reference's exact e4m3 x (u - z) product. The atoms keep their mma.sync
+// layout (the decode and mma.sync kernels read the same copy): lane (g, q)'s words of k16 steps 2t
+// and 2t + 1 hold k {2q, 2q + 1, 2q + 8, 2q + 9} (+ 16) of rows g and g + 8, where wgmma's k32 A
+// fragment wants k 4q..4q + 3 (+ 16). Instead of moving weights between lanes, the token rows are
+// stored with the same k order (Sm90Gather::kperm: within each 16 columns, position 4q + 2u + b
+// holds column 8u + 2q + b), so both operands agree and the dot product is unchanged.
+// Numerics as the fp8 W8A8 QGMMA kernels (numerics.md "Products"): the tensor core sums each 128-k
+// stage's products in its own format; that partial is added into fp32 registers after the stage
+// (times the group's scale; channel scales: unscaled, the row's scale applied once at the end).
+__device__ __forceinline__ uint32_t e4m3x4(uint32_t lo, uint32_t hi) {  // two exact fp16 pairs -> 4 e4m3 bytes
+  uint32_t r;
+  asm("{\n.reg .b16 l, h;\ncvt.rn.satfinite.e4m3x2.f16x2 l, %1;\ncvt.rn.satfinite.e4m3x2.f16x2 h, %2;\n"
+      "mov.b32 %0, {l, h};\n}\n"
+      : "=r"(r)
+      : "r"(lo), "r"(hi));
+  return r;
+}
+// The four exact fp16 (u - z) pairs of one int4 atom word (pair p: nibbles p and p + 4; pairs 0, 1
+// row g, pairs 2, 3 row g + 8) in Marlin's order of operations: pairs 1 / 3 are masked in place
+// (1024 + 16 u) and scaled by 1/16 in the FMA that subtracts 64 + z, so a word takes one shift,
+// four LOP3 and four HSUB2 / HFMA2 (dq_u4_pair per pair: three shifts more). zs: 1024 + z, zf:
+// -(64 + z), per row (h = 0: g, 1: g + 8), fp16 pairs.
+__device__ __forceinline__ void dq_u4_word_f16(uint32_t w, const uint32_t (&zs)[2], const uint32_t (&zf)[2],
+                                               uint32_t (&o)[4]) {
+  const uint32_t w8 = w >> 8;
+  uint32_t t[4];
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;\n" : "=r"(t[0]) : "r"(w), "n"(0x000F000Fu), "n"(0x64006400u));
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;\n" : "=r"(t[1]) : "r"(w), "n"(0x00F000F0u), "n"(0x64006400u));
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;\n" : "=r"(t[2]) : "r"(w8), "n"(0x000F000Fu), "n"(0x64006400u));
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;\n" : "=r"(t[3]) : "r"(w8), "n"(0x00F000F0u), "n"(0x64006400u));
+  const uint32_t sixteenth = 0x2C002C00u;  // fp16 1/16 in both halves
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    o[2 * h] = F16::sub2(t[2 * h], zs[h]);
+    const __half2 r = __hfma2(*reinterpret_cast<const __half2*>(&t[2 * h + 1]),
+                              *reinterpret_cast<const __half2*>(&sixteenth), *reinterpret_cast<const __half2*>(&zf[h]));
+    o[2 * h + 1] = *reinterpret_cast<const uint32_t*>(&r);
+  }
+}
+template <int TN, bool HALF = false>
+__device__ __forceinline__ void wgmma_ra_q8(float (&d)[TN / 2], const uint32_t (&a)[4], uint64_t db, int scale_d) {
+  static_assert(TN == 128 || TN == 64, "Q8: 128- or 64-row token tiles");
+  if constexpr (TN == 128 && !HALF) wgmma_ra_n128_e4m3(d, a, db, scale_d);
+  else if constexpr (TN == 128) wgmma_ra_n64_of128_e4m3(d, a, db, scale_d);
+  else if constexpr (!HALF) wgmma_ra_n64_e4m3(d, a, db, scale_d);
+  else wgmma_ra_n32_of64_e4m3(d, a, db, scale_d);
+}
+
 // wgmma m64 x TN x k16, A (64 weight rows) from registers, B (TN token rows) from shared memory;
 // HALF: the first TN / 2 token columns only (their accumulators are the first half of d's).
 template <class Op, int TN, bool HALF = false>
@@ -734,13 +786,17 @@ __device__ __forceinline__ void wgmma_ra(float (&d)[TN / 2], const uint32_t (&a)
   else bf ? wgmma_ra_n16_of32_bf16(d, a, db, scale_d) : wgmma_ra_n16_of32_f16(d, a, db, scale_d);
 }
 
-template <class Op, WFmt F, int SC, int TN>
+template <class Op, WFmt F, int SC, int TN, bool Q8 = false>
 __global__ void __launch_bounds__(384, wq_ctas<F, TN, SC>())
     sm90_moe_wq_kernel(const __grid_constant__ CUtensorMap tma_x, const Sm90Gemm p) {
 #if QMOE_SM90A
-  using C = WqCfg<F, TN, SC>;
+  using C = WqCfg<F, TN, SC, Q8>;
   constexpr bool CHANNEL = SC == kScChannel, FOLD = SC == kScFold;
   static_assert(!FOLD || F == WFmt::kU4, "folded group scales: int4 atoms");
+  static_assert(!Q8 || (F == WFmt::kU4 && !FOLD && wq_ctas<F, TN, SC>() == 1),
+                "Q8: int4 atoms, group or channel scales, one CTA per SM (the interleaved loop)");
+  // the zero-point magic and the exact (u - z) pairs: fp16 for Q8 (converted to e4m3 from there)
+  using CvOp = std::conditional_t<Q8, F16, Op>;
   constexpr int NJ = TN / 8;  // n8 token groups of the accumulators
   constexpr int KA = WqFmt<F>::KA, UNIT = WqFmt<F>::UNIT, ATOMS = C::ATOMS, STAGES = C::STAGES;
   constexpr bool FP4 = kWqFp4<F>;
@@ -795,7 +851,7 @@ __global__ void __launch_bounds__(384, wq_ctas<F, TN, SC>())
         const int atoms = min(ATOMS, katoms - kb * ATOMS);
         mbar_expect_tx(&full[s], C::X_ST + 8 * atoms * UNIT);
         tma_load_2d(sX + s * C::X_ST, &tma_x, &full[s], kb * 128, mb * TN);
-        tma_load_2d(sX + s * C::X_ST + TN * 128, &tma_x, &full[s], kb * 128 + 64, mb * TN);
+        if constexpr (!Q8) tma_load_2d(sX + s * C::X_ST + TN * 128, &tma_x, &full[s], kb * 128 + 64, mb * TN);
 #pragma unroll
         for (int t = 0; t < 8; ++t) {
           const int gt = min(nb * 8 + t, ntiles16 - 1);  // rows past np: any atoms, never stored
@@ -823,8 +879,9 @@ __global__ void __launch_bounds__(384, wq_ctas<F, TN, SC>())
   }
   const float zsym = F == WFmt::kU4 ? 8.f : 128.f;
   float zf[2] = {zsym, zsym};
-  uint32_t zm[2];
-  zm[0] = zm[1] = Op::pack(Op::kInt4Base + zsym, Op::kInt4Base + zsym);
+  uint32_t zm[2], zq[2];  // zq (Q8): -(64 + z) for the pairs scaled by 1/16 (dq_u4_word_f16)
+  zm[0] = zm[1] = CvOp::pack(CvOp::kInt4Base + zsym, CvOp::kInt4Base + zsym);
+  zq[0] = zq[1] = F16::pack(-(64.f + zsym), -(64.f + zsym));
   auto zero_of = [&](int h, int g) -> float {
     return rok[h] ? p.zero[(static_cast<size_t>(e) * p.kg + g) * p.n + orow[h]] : zsym;
   };
@@ -832,13 +889,18 @@ __global__ void __launch_bounds__(384, wq_ctas<F, TN, SC>())
     zf[0] = z0;
     zf[1] = z1;
 #pragma unroll
-    for (int h = 0; h < 2; ++h) zm[h] = Op::pack(Op::kInt4Base + zf[h], Op::kInt4Base + zf[h]);
+    for (int h = 0; h < 2; ++h) {
+      zm[h] = CvOp::pack(CvOp::kInt4Base + zf[h], CvOp::kInt4Base + zf[h]);
+      if constexpr (Q8) zq[h] = F16::pack(-(64.f + zf[h]), -(64.f + zf[h]));
+    }
   };
   auto scale_of = [&](int h, int g) -> float {
     return rok[h] ? __ldg(p.col_scale + (static_cast<size_t>(e) * p.kg + g) * p.nsc + orow[h]) : 0.f;
   };
   constexpr bool grouped = !CHANNEL && !FP4;     // scales change along K (per weight group)
-  constexpr bool channel = CHANNEL || FP4 || FOLD;  // accumulate straight into acc
+  // accumulate straight into acc; Q8 never does: QGMMA partials are promoted into fp32 every 128-k
+  // stage (channel scales: added unscaled, the row scale applied once at the end)
+  constexpr bool channel = (CHANNEL || FP4 || FOLD) && !Q8;
   // the M-block's activation scales (W4A8, W4A4), staged before the mainloop for the epilogue
   float* s_rs = reinterpret_cast<float*>(empty + STAGES);
   if (p.row_scale != nullptr && cw == 0 && tid < TN) s_rs[tid] = p.row_scale[static_cast<size_t>(mb * TN + tid) * p.rs_groups];
@@ -870,7 +932,8 @@ __global__ void __launch_bounds__(384, wq_ctas<F, TN, SC>())
       }
     }
   }
-  const int chunk_kb = grouped ? p.chunk / 128 : nk;  // stages per weight group (chunk % 128 == 0)
+  // stages per weight group (chunk % 128 == 0), per promotion (Q8 with channel scales: one)
+  const int chunk_kb = grouped ? p.chunk / 128 : Q8 ? 1 : nk;
 
   float acc[TN / 2], tmp[TN / 2];
 #pragma unroll
@@ -971,6 +1034,17 @@ __global__ void __launch_bounds__(384, wq_ctas<F, TN, SC>())
       af[3] = dq_u8_pair<Op>(w1, 2, zf[1]);
     }
   };
+  // Q8: k32 step t of a stage from the words of k16 steps 2t, 2t + 1 (atom t / 2), rows g / g + 8
+  const auto convert_q8 = [&](const Raw& r, int t, uint32_t (&af)[4]) {
+    const uint4 v = r.v[t >> 1];
+    uint32_t o0[4], o1[4];
+    dq_u4_word_f16((t & 1) ? v.z : v.x, zm, zq, o0);  // k16 step 2t
+    dq_u4_word_f16((t & 1) ? v.w : v.y, zm, zq, o1);  // k16 step 2t + 1
+    af[0] = e4m3x4(o0[0], o0[1]);  // row g,     k 4q..
+    af[1] = e4m3x4(o0[2], o0[3]);  // row g + 8, k 4q..
+    af[2] = e4m3x4(o1[0], o1[1]);  // row g,     k 16 + 4q..
+    af[3] = e4m3x4(o1[2], o1[3]);  // row g + 8, k 16 + 4q..
+  };
   const auto stage_mma = [&](auto half_tag, const uint8_t* x_st, const uint8_t* w_st, const Raw& rpre, int kb,
                              int sd0) {
     constexpr bool H = decltype(half_tag)::value;
@@ -981,6 +1055,17 @@ __global__ void __launch_bounds__(384, wq_ctas<F, TN, SC>())
     } else {
 #pragma unroll
       for (int u = 0; u < RAWN; ++u) load_unit(w_st, u, r);
+    }
+    if constexpr (Q8) {  // 4 QGMMA k32 steps over the stage's one 128-byte box of codes
+      uint32_t aq[4][4];
+#pragma unroll
+      for (int t = 0; t < 4; ++t) {
+        convert_q8(r, t, aq[t]);
+        wgmma_fence();
+        const uint64_t db = d0 + static_cast<uint64_t>((t * 32) >> 4);
+        wgmma_ra_q8<TN, H>(tmp, aq[t], db, t == 0 ? sd0 : 1);  // promoted after the stage
+      }
+      return;
     }
     uint32_t af[8][4];
 #pragma unroll
@@ -1070,6 +1155,9 @@ __global__ void __launch_bounds__(384, wq_ctas<F, TN, SC>())
         sc[1] = sn[1];
         if constexpr (FOLD) sf[0] = Op::pack(sc[0], sc[0]), sf[1] = Op::pack(sc[1], sc[1]);
         if (p.zero != nullptr && kb + 1 < nk) set_zero(zn[0], zn[1]);
+      } else if constexpr (Q8) {
+#pragma unroll
+        for (int i = 0; i < TN / 2; ++i) acc[i] += tmp[i];
       }
       ic = 0;
       ++g;
@@ -1176,7 +1264,8 @@ __global__ void __launch_bounds__(128) sm90_gather_kernel(const Sm90Gather p) {
       for (int i = tid; i < p.cols; i += 128) dst[i] = Op::from_f(0.f);
     } else {
       uint8_t* dst = static_cast<uint8_t*>(p.out) + static_cast<size_t>(pos) * p.out_pitch;
-      for (int i = tid; i < p.cols; i += 128) dst[i] = 0;
+      const int cols = p.kperm ? (p.cols + 15) / 16 * 16 : p.cols;
+      for (int i = tid; i < cols; i += 128) dst[i] = 0;
     }
     if (p.quant != 0)
       for (int g = tid; g < p.groups; g += 128) p.scales[static_cast<size_t>(pos) * p.groups + g] = 0.f;
@@ -1215,8 +1304,10 @@ __global__ void __launch_bounds__(128) sm90_gather_kernel(const Sm90Gather p) {
     for (int i = tid; i < p.cols; i += 128) {
       const uint8_t c = to_e4m3(val(i) / s);
       if (p.out16) dst16[i] = Op::from_f(e4m3_value(c));  // exact
-      else dst[i] = c;
+      else dst[p.kperm ? sm90_kperm_pos(i) : i] = c;
     }
+    if (p.kperm && !p.out16)  // the columns past cols of the last 16 land inside the row: zeros
+      for (int i = p.cols + tid; i < (p.cols + 15) / 16 * 16; i += 128) dst[sm90_kperm_pos(i)] = 0;
     if (tid == 0) p.scales[static_cast<size_t>(pos) * p.groups] = s;
     return;
   }
@@ -1261,7 +1352,7 @@ __global__ void __launch_bounds__(128) sm90_gather_kernel(const Sm90Gather p) {
 // positions per block; same values as sm90_gather_kernel (ncu, qwen3-30b-a3b fp8 M = 4096: that
 // kernel took 83 us for x and 96 us for h, 8% and 9% of the layer).
 // WPR warps per position (device_common.cuh row_warps), 128 threads per block.
-template <class Op, int WPR>
+template <class Op, int WPR, bool PERM = false>
 __global__ void __launch_bounds__(128) sm90_gather_warp_kernel(const Sm90Gather p) {
   using T = typename Op::T;
   __shared__ float red[4];
@@ -1283,8 +1374,8 @@ __global__ void __launch_bounds__(128) sm90_gather_warp_kernel(const Sm90Gather 
   const T* src = static_cast<const T*>(p.x) + srow * p.ldx;
   if (codes) {
     uint2* row = reinterpret_cast<uint2*>(static_cast<uint8_t*>(p.out) + static_cast<size_t>(pos) * p.out_pitch);
-    warp_row_quant<Op, WPR, true>(src, nch, w_on, w, p.quant, s_static, red,
-                                  [&](int c, uint2 v) { row[c] = v; }, scale);
+    warp_row_quant<Op, WPR, true, PERM>(src, nch, w_on, w, p.quant, s_static, red,
+                                        [&](int c, uint2 v) { row[c] = v; }, scale);
   } else {
     uint4* row = reinterpret_cast<uint4*>(static_cast<T*>(p.out) + static_cast<size_t>(pos) * p.out_pitch);
     warp_row_quant<Op, WPR, false>(src, nch, w_on, w, p.quant, s_static, red,
@@ -1304,7 +1395,7 @@ __global__ void __launch_bounds__(128) sm90_gather_codes_kernel(const Sm90Gather
   const int64_t srow = sid / p.row_div;
   const uint8_t* src = static_cast<const uint8_t*>(p.codes) + srow * p.codes_pitch;
   uint8_t* dst = static_cast<uint8_t*>(p.out) + static_cast<size_t>(pos) * p.out_pitch;
-  const int n16 = p.cols / 16;
+  const int n16 = p.kperm ? (p.cols + 15) / 16 : p.cols / 16;  // kperm rows run to a multiple of 16
   const uint4* s4 = reinterpret_cast<const uint4*>(src);
   uint4* d4 = reinterpret_cast<uint4*>(dst);
   int c = lane;
@@ -1316,7 +1407,7 @@ __global__ void __launch_bounds__(128) sm90_gather_codes_kernel(const Sm90Gather
     d4[c + 96] = v3;
   }
   for (; c < n16; c += 32) d4[c] = __ldg(s4 + c);
-  if (p.cols % 16 != 0 && lane == 0)
+  if (!p.kperm && p.cols % 16 != 0 && lane == 0)
     reinterpret_cast<uint2*>(dst)[2 * n16] = __ldg(reinterpret_cast<const uint2*>(src) + 2 * n16);
   for (int g = lane; g < p.groups; g += 32)
     p.scales[static_cast<size_t>(pos) * p.groups + g] = p.code_scales[srow * p.groups + g];
@@ -1442,13 +1533,16 @@ void launch_stream(const Sm90Gemm& p, cudaStream_t s) {
   QMOE_CUDA_LAUNCH_OK();
 }
 
-template <class Op, WFmt F, int SC, int TN>
+template <class Op, WFmt F, int SC, int TN, bool Q8 = false>
 void launch_wq_tn(const Sm90Gemm& p, cudaStream_t s) {
-  using C = WqCfg<F, TN, SC>;
-  auto kern = sm90_moe_wq_kernel<Op, F, SC, TN>;
+  using C = WqCfg<F, TN, SC, Q8>;
+  auto kern = sm90_moe_wq_kernel<Op, F, SC, TN, Q8>;
   static std::once_flag once;
   std::call_once(once, [&] { QMOE_CUDA_OK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM)); });
-  const CUtensorMap mx = make_map(p.a, false, p.k, p.a_rows, static_cast<int64_t>(p.a_pitch) * 2, TN);
+  // Q8: e4m3 code rows, permuted within each 16 columns, so a row's last 16 columns may hold codes
+  // past k (the gather writes zeros where columns past k land): the map covers them
+  const CUtensorMap mx = Q8 ? make_map(p.a, true, (p.k + 15) / 16 * 16, p.a_rows, p.a_pitch, TN)
+                            : make_map(p.a, false, p.k, p.a_rows, static_cast<int64_t>(p.a_pitch) * 2, TN);
   const int ntn = (p.np + 127) / 128;
   const int groups = (p.max_blocks + kGroupM - 1) / kGroupM;
   kern<<<dim3(static_cast<unsigned>(groups * kGroupM * ntn)), 384, C::SMEM, s>>>(mx, p);
@@ -1456,6 +1550,16 @@ void launch_wq_tn(const Sm90Gemm& p, cudaStream_t s) {
 }
 template <class Op, WFmt F, int SC>
 void launch_wq(const Sm90Gemm& p, cudaStream_t s) {
+  if constexpr (F == WFmt::kU4 && SC != kScFold) {
+    if (p.q8) {
+      QMOE_CHECK(sm90_wq_q8_supports(p.block, SC == kScChannel), kInternal, "sm90 wq GEMM: Q8 with M-blocks of ",
+                 p.block, " rows", SC == kScChannel ? " and channel scales" : "");
+      if constexpr (SC == kScChannel) launch_wq_tn<Op, F, SC, kBM, true>(p, s);
+      else p.block == 64 ? launch_wq_tn<Op, F, SC, 64, true>(p, s) : launch_wq_tn<Op, F, SC, kBM, true>(p, s);
+      return;
+    }
+  }
+  QMOE_CHECK(!p.q8, kInternal, "sm90 wq GEMM: Q8 is for int4 atoms with group or channel scales");
   if (p.block == 32) launch_wq_tn<Op, F, SC, 32>(p, s);
   else if (p.block == 64) launch_wq_tn<Op, F, SC, 64>(p, s);
   else launch_wq_tn<Op, F, SC, kBM>(p, s);
@@ -1485,6 +1589,11 @@ bool sm90_available() {
   static const bool ok = !env_off() && sm90_kernel_runs(reinterpret_cast<const void*>(sm90_moe_gemm_kernel<BF16, false>)) &&
                          encode_fn() != nullptr;
   return ok;
+}
+
+bool sm90_wq_q8_supports(int block, bool channel) {
+  // the interleaved one-CTA loop (wq_ctas): 128-row token tiles, and 64-row ones with group scales
+  return block == kBM || (block == 64 && !channel);
 }
 
 bool sm90_supports(WFmt fmt, int mode, int chunk) {
@@ -1571,9 +1680,15 @@ void launch_sm90_gather(bool f16, const Sm90Gather& p, cudaStream_t s) {
   QMOE_CHECK(p.sorted_ids != nullptr || sm90_gather_warp_ok(p), kInternal,
              "sm90_gather: positions without sorted ids need 16-byte aligned rows");
   // one warp per position (quant 0..3, 16-byte aligned rows and output pitch)
+  QMOE_CHECK(!p.kperm || ((p.quant == 1 || p.quant == 3) && !p.out16 && p.out_pitch >= (p.cols + 15) / 16 * 16),
+             kInternal, "sm90_gather: permuted rows are e4m3 codes per token or static, rows of ", p.out_pitch,
+             " bytes for ", p.cols, " columns");
   if (sm90_gather_warp_ok(p)) {
     auto go = [&](auto kern, int wpr) { kern<<<static_cast<unsigned>((p.rows * wpr + 3) / 4), 128, 0, s>>>(p); };
-    if (row_warps(p.cols / 8) == 4) {
+    if (p.kperm) {
+      if (row_warps(p.cols / 8) == 4) f16 ? go(sm90_gather_warp_kernel<F16, 4, true>, 4) : go(sm90_gather_warp_kernel<BF16, 4, true>, 4);
+      else f16 ? go(sm90_gather_warp_kernel<F16, 1, true>, 1) : go(sm90_gather_warp_kernel<BF16, 1, true>, 1);
+    } else if (row_warps(p.cols / 8) == 4) {
       if (f16) go(sm90_gather_warp_kernel<F16, 4>, 4);
       else go(sm90_gather_warp_kernel<BF16, 4>, 4);
     } else {

@@ -72,14 +72,20 @@ struct Tol {
 // in one output) in 1-60 of 0.1-3 M outputs, NMSE 1.1-2.0e-5 -> atol = 2^-2 * rms(y), the
 // whole-output NMSE bound unchanged (1e-4).
 // Activation-quantizing backend II schemes: exact products, so only a flipped code of the
-// re-quantized h moves an output, as backend II's tolerance (tests/cuda/test_cuda_q.cpp): int8 /
-// fp8 values (INT8 W8A8, W4A8) 2^-5 rms, NVFP4 W4A4 (an e2m1 step) 2^-3 rms, NMSE 1e-4; A16 fp4
-// (exact operands, fp32 sums) as the other exact paths.
+// re-quantized h moves an output, as backend II's tolerance (tests/cuda/test_cuda_q.cpp): int8
+// values (INT8 W8A8, W4A8 int8) 2^-5 rms, NVFP4 W4A4 (an e2m1 step) 2^-3 rms, NMSE 1e-4; A16 fp4
+// (exact operands, fp32 sums) as the other exact paths. W4A8 fp8 as fp8 W8A8: an e4m3 step of h is
+// up to 1/8 of the value (an int8 step 1/127 of the row's max), so one flip moves y by up to ~0.1
+// rms(y) at I = 104 (the bound above): 2^-4 on the exact paths (H200, seventeenth session: 0.044
+// rms(y) in 21 of 130536 outputs failed the 2^-5 that W4A8 fp8 shared with int8 before), and on QGMMA
+// (" q8": the same exact products, summed per 128-k stage in the tensor core's format) fp8's
+// Hopper-path 2^-2.
 Tol tol_for(const ExpertWeights& w, const std::string& kernels = "") {
   Tol t;
   const SchemeKind k = w.scheme.kind;
   if (k == SchemeKind::kFP8W8A8) t = {std::ldexp(1.0, kernels.find("sm90") != std::string::npos ? -2 : -4), 1e-4};
-  if (k == SchemeKind::kINT8W8A8 || k == SchemeKind::kW4A8FP8 || k == SchemeKind::kW4A8INT8) t = {std::ldexp(1.0, -5), 1e-4};
+  if (k == SchemeKind::kINT8W8A8 || k == SchemeKind::kW4A8INT8) t = {std::ldexp(1.0, -5), 1e-4};
+  if (k == SchemeKind::kW4A8FP8) t = {std::ldexp(1.0, kernels.find(" q8") != std::string::npos ? -2 : -4), 1e-4};
   if (k == SchemeKind::kNVFP4) t = {std::ldexp(1.0, -3), 1e-4};
   return t;
 }
@@ -521,6 +527,77 @@ TEST(CudaSm90, FoldedGroupScales) {
   }
 }
 
+// W4A8 with fp8 per-token activations on QGMMA (Sm90Gemm::q8: int4 codes converted to e4m3 operands
+// in registers, the token rows' codes in the Sm90Gather::kperm order): symmetric / asymmetric int4
+// (zero points: |u - z| up to 15), group 128 / 256 and channel scales, an fp16 model; 128- and
+// 64-row token tiles (forced) with half tiles, an expert with no tokens; H = 392 and I = 232 (not
+// multiples of 16: the permuted rows' last 16 columns hold zeros past K); x quantized once per
+// token (top-2) and per slot (top-1 with the router weight on the input, Llama 4); expert
+// parallelism. Against the reference (tol_for: fp8's Hopper-path tolerance) and, with
+// QMOE_CUDA_W4A8_QGMMA=0, the exact HGMMA form of the same layer (no " q8", W4A8's own tolerance).
+TEST(CudaSm90, W4A8Fp8OnQgmma) {
+  SKIP_WITHOUT_GPU();
+  SKIP_WITHOUT_SM90();
+  std::vector<Case> cases;
+  auto add = [&](std::string n, auto f) { add_case(cases, std::move(n), f); };
+  add("w4a8_fp8_g128", [](auto& sp) { sp.kind = SchemeKind::kW4A8FP8; sp.group_size = 128; });
+  add("w4a8_fp8_g256_asym", [](auto& sp) { sp.kind = SchemeKind::kW4A8FP8; sp.group_size = 256; sp.symmetric = false; });
+  add("w4a8_fp8_channel_asym", [](auto& sp) { sp.kind = SchemeKind::kW4A8FP8; sp.group_size = 0; sp.symmetric = false; });
+  add("w4a8_fp8_g128_fp16", [](auto& sp) {
+    sp.kind = SchemeKind::kW4A8FP8; sp.group_size = 128; sp.act_dtype = DType::kF16; sp.scale_dtype = DType::kF16; });
+  const int E = 5, H = 392, I = 232;
+  test::ScopedEnv env("QMOE_CUDA_WGMMA_MIN_ROWS", "1");
+  for (size_t ci = 0; ci < cases.size(); ++ci) {
+    const Case& c = cases[ci];
+    ExpertWeights w = make_weights(c.spec, E, H, I, 1400 + static_cast<int>(ci));
+    cuda::DevExperts ex = cuda::prepare(w, Activation::kSiluMul);
+    const bool channel = c.spec.group_size == 0;
+    for (const char* tn : {"128", "64"}) {
+      env.set("QMOE_CUDA_WQ_TN", tn);
+      // channel scales (and g256 with w2's K = 232: one group) on 64-row tiles run two CTAs per SM,
+      // which keep the 16-bit form
+      const bool q8 = tn[0] == '1' || (!channel && c.spec.group_size < 256);
+      for (const char* on : {"1", "0"}) {
+        env.set("QMOE_CUDA_W4A8_QGMMA", on);
+        for (int mode : {0, 2}) {  // 2: expert 3 gets no token
+          for (int64_t m : {333, 40}) {  // top-2 of 5: 133 / 16 rows per expert
+            const std::string kern = cuda::forward_kernels(ex, m, 2);
+            const std::string what = str(c.name, " TN ", tn, " qgmma ", on, " mode ", mode, " M=", m, " (", kern, ")");
+            ASSERT_NE(kern.find(str("gemm1=sm90-wgmma", tn[0] == '1' ? " " : tn)), std::string::npos) << what;
+            ASSERT_EQ(kern.find(" q8") != std::string::npos, q8 && on[0] == '1') << what;
+            Tensor x = test::random_tensor(w.act_dtype, {m, H}, 1410 + m + mode);
+            Routing r = random_routing(m, 2, E, 1420 + m + mode, mode);
+            Tensor want = ref::reference_forward_routed(w, config(E, 2), nullptr, x, r.w, r.ids);
+            expect_close(run_device(ex, nullptr, x, r, false), want, tol_for(w, kern), what);
+          }
+        }
+        {  // top-1, router weight on the input: rows quantized per slot
+          const int64_t m = 300;
+          MoeConfig cfg = config(E, 1, Activation::kSiluMul, true);
+          Tensor x = test::random_tensor(w.act_dtype, {m, H}, 1430);
+          Routing r = random_routing(m, 1, E, 1431);
+          Tensor want = ref::reference_forward_routed(w, cfg, nullptr, x, r.w, r.ids);
+          const std::string kern = cuda::forward_kernels(ex, m, 1);
+          expect_close(run_device(ex, nullptr, x, r, true), want, tol_for(w, kern),
+                       str(c.name, " TN ", tn, " qgmma ", on, " weight on input (", kern, ")"));
+        }
+        {  // expert parallelism: 8 global experts, the 5 local ones are global 0, 2, 3, 5, 7
+          std::vector<int32_t> emap = {0, -1, 1, 2, -1, 3, -1, 4};
+          const int64_t m = 500;
+          Tensor x = test::random_tensor(w.act_dtype, {m, H}, 1440);
+          Routing r = random_routing(m, 2, 8, 1441);
+          MoeConfig cfg = config(8, 2);
+          cfg.expert_map = emap;
+          Tensor want = ref::reference_forward_routed(w, cfg, nullptr, x, r.w, r.ids);
+          const std::string kern = cuda::forward_kernels(ex, m, 2);
+          expect_close(run_device(ex, nullptr, x, r, false, emap), want, tol_for(w, kern),
+                       str(c.name, " TN ", tn, " qgmma ", on, " EP (", kern, ")"));
+        }
+      }
+    }
+  }
+}
+
 // An expert's last 128-row M-block with at most 64 live rows runs on one consumer warpgroup
 // (sm90_moe_gemm.cu, Sm90Gemm::half_tail). Top-1 routing with exact per-expert counts puts blocks on
 // both sides of that boundary: 64 rows (one block, tail), 65 (row 64 live: both warpgroups), 192
@@ -681,11 +758,15 @@ TEST(CudaSm90, OneTokenDecodeWithoutAlign) {
 // every scale. Rows of very different magnitudes (1e-30 .. 1e30, all zeros, values that land on
 // e4m3 rounding ties), a row length held by one warp (2048) and one held by four (7176, odd
 // 128-column groups); the division x / s is the reference's correctly rounded one (RowDiv).
+// kperm (W4A8 on QGMMA): the same codes at sm90_kperm_pos(k), zeros at the positions of the columns
+// past K in its last 16 (K = 7176: 8 of them), on the one-warp-per-row gather (K = 2048 / 7176) and the
+// per-element one (K = 1001: rows not 16-byte aligned).
 TEST(CudaSm90, GatherQuantizesBitForBitAsTheReference) {
   SKIP_WITHOUT_GPU();
   SKIP_WITHOUT_SM90();
   const int R = 37;
-  for (int K : {2048, 7176}) {
+  for (int K : {2048, 7176, 1001}) {
+    const int pitch = (K + 63) / 64 * 64;
     std::mt19937_64 rng(900 + K);
     std::vector<uint16_t> xb(static_cast<size_t>(R) * K);
     for (int r = 0; r < R; ++r) {
@@ -704,9 +785,10 @@ TEST(CudaSm90, GatherQuantizesBitForBitAsTheReference) {
     const float s_static = 0.0173f;
     DevBuf dx = up(xb.data(), xb.size() * 2), dids = up(ids.data(), R * 4), dn = up(&npost, 4), de = up(&eid0, 4),
            dsc = up(&s_static, 4);
-    for (int quant : {1, 2, 3}) {
+    for (int qp : {1, 2, 3, 11, 13}) {  // 11 / 13: quant 1 / 3 with kperm
+      const int quant = qp % 10, kperm = qp > 10;
       const int groups = quant == 2 ? (K + 127) / 128 : 1;
-      DevBuf dout(static_cast<size_t>(R) * K), dscale(static_cast<size_t>(R) * groups * 4);
+      DevBuf dout(static_cast<size_t>(R) * pitch), dscale(static_cast<size_t>(R) * groups * 4);
       cudaMemset(dout.ptr, 0x5A, dout.bytes);
       cudaMemset(dscale.ptr, 0x7F, dscale.bytes);
       cuda::Sm90Gather g;
@@ -723,9 +805,11 @@ TEST(CudaSm90, GatherQuantizesBitForBitAsTheReference) {
       g.quant = quant;
       g.in_scale = dsc.as<float>();
       g.out = dout.ptr;
-      g.out_pitch = K;
+      g.out_pitch = pitch;
       g.scales = dscale.as<float>();
       g.groups = groups;
+      g.kperm = kperm;
+      ASSERT_EQ(cuda::sm90_gather_warp_ok(g), K != 1001);
       cuda::launch_sm90_gather(false, g, nullptr);
       ck(cudaDeviceSynchronize());
       std::vector<uint8_t> got(dout.bytes);
@@ -741,16 +825,19 @@ TEST(CudaSm90, GatherQuantizesBitForBitAsTheReference) {
         if (quant == 1) ws[0] = ref::quantize_fp8_token(row.data(), K, want.data());
         else if (quant == 2) ref::quantize_fp8_group128(row.data(), K, want.data(), ws.data());
         else ref::quantize_fp8_static(row.data(), K, s_static, want.data()), ws[0] = s_static;
-        for (int k = 0; k < K && bad < 8; ++k)
-          if (got[static_cast<size_t>(r) * K + k] != want[k]) {
+        const uint8_t* gr = got.data() + static_cast<size_t>(r) * pitch;
+        for (int k = 0; k < (kperm ? (K + 15) / 16 * 16 : K) && bad < 8; ++k) {
+          const uint8_t c = gr[kperm ? cuda::sm90_kperm_pos(k) : k], wc = k < K ? want[k] : 0;
+          if (c != wc) {
             ++bad;
-            ADD_FAILURE() << "K " << K << " quant " << quant << " row " << r << " col " << k << ": code "
-                          << int(got[static_cast<size_t>(r) * K + k]) << ", reference " << int(want[k]) << " (x = " << row[k] << ")";
+            ADD_FAILURE() << "K " << K << " quant " << quant << " kperm " << kperm << " row " << r << " col " << k
+                          << ": code " << int(c) << ", reference " << int(wc) << " (x = " << (k < K ? row[k] : 0.f) << ")";
           }
+        }
         for (int gi = 0; gi < groups; ++gi)
           ASSERT_EQ(gs[static_cast<size_t>(r) * groups + gi], ws[gi]) << "K " << K << " quant " << quant << " row " << r << " group " << gi;
       }
-      EXPECT_EQ(bad, 0) << "K " << K << " quant " << quant;
+      EXPECT_EQ(bad, 0) << "K " << K << " quant " << quant << " kperm " << kperm;
     }
   }
 }
@@ -758,7 +845,8 @@ TEST(CudaSm90, GatherQuantizesBitForBitAsTheReference) {
 // fp8 per-token / 1x128 activations quantized once per token, then gathered as codes (Sm90Gather::codes):
 // the two passes against the reference's quantizer bit for bit, the copy pass on shuffled slots of
 // top-3 routing with padding positions (left untouched: their poison stays), K = 2048 / 7176 (odd
-// in 16-byte pieces) and the x rows' extremes as GatherQuantizesBitForBitAsTheReference's.
+// in 16-byte pieces) and the x rows' extremes as GatherQuantizesBitForBitAsTheReference's; per-token
+// codes also in the kperm order (both passes; the copy takes the whole last 16 columns).
 TEST(CudaSm90, QuantOnceGatherCopiesTheTokensCodes) {
   SKIP_WITHOUT_GPU();
   SKIP_WITHOUT_SM90();
@@ -782,7 +870,8 @@ TEST(CudaSm90, QuantOnceGatherCopiesTheTokensCodes) {
     }
     const int P = static_cast<int>(sorted.size());
     DevBuf dx = up(xb.data(), xb.size() * 2), dids = up(sorted.data(), P * 4), dn = up(&P, 4);
-    for (int quant : {1, 2}) {
+    for (int qp : {1, 2, 11}) {  // 11: quant 1 with kperm
+      const int quant = qp % 10, kperm = qp > 10;
       const int groups = quant == 2 ? (K + 127) / 128 : 1;
       DevBuf dq(static_cast<size_t>(T) * pitch), dqs(static_cast<size_t>(T) * groups * 4);
       DevBuf dout(static_cast<size_t>(P) * pitch), dscale(static_cast<size_t>(P) * groups * 4);
@@ -800,6 +889,7 @@ TEST(CudaSm90, QuantOnceGatherCopiesTheTokensCodes) {
       g.out_pitch = pitch;
       g.scales = dqs.as<float>();
       g.groups = groups;
+      g.kperm = kperm;
       ASSERT_TRUE(cuda::sm90_gather_warp_ok(g));
       cuda::launch_sm90_gather(false, g, nullptr);
       cuda::Sm90Gather c = g;  // second pass: position p takes token sorted[p] / top's codes
@@ -834,10 +924,12 @@ TEST(CudaSm90, QuantOnceGatherCopiesTheTokensCodes) {
         for (int k = 0; k < K; ++k) row[k] = codec::bf16_to_f32(xb[static_cast<size_t>(t) * K + k]);
         if (quant == 1) ws[0] = ref::quantize_fp8_token(row.data(), K, want.data());
         else ref::quantize_fp8_group128(row.data(), K, want.data(), ws.data());
-        for (int k = 0; k < K && bad < 8; ++k)
-          if (gr[k] != want[k])
-            ++bad, ADD_FAILURE() << "K " << K << " quant " << quant << " position " << pos << " (token " << t << ") col " << k
-                                 << ": code " << int(gr[k]) << ", reference " << int(want[k]);
+        for (int k = 0; k < (kperm ? (K + 15) / 16 * 16 : K) && bad < 8; ++k) {
+          const uint8_t c = gr[kperm ? cuda::sm90_kperm_pos(k) : k], wc = k < K ? want[k] : 0;
+          if (c != wc)
+            ++bad, ADD_FAILURE() << "K " << K << " quant " << quant << " kperm " << kperm << " position " << pos
+                                 << " (token " << t << ") col " << k << ": code " << int(c) << ", reference " << int(wc);
+        }
         for (int gi = 0; gi < groups; ++gi)
           ASSERT_EQ(gs[static_cast<size_t>(pos) * groups + gi], ws[gi]) << "K " << K << " quant " << quant << " position " << pos;
       }

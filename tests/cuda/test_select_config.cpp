@@ -5,8 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
 #include "cuda/config.h"
+#include "cuda/sm90_moe.cuh"
 
 namespace qmoe::cuda {
 namespace {
@@ -279,6 +281,24 @@ TEST(SelectSm90, OverridesReplaceTheRules) {
   EXPECT_EQ(select_sm90(100, 8, Sm90Kind::kPlain, 0, -1, 32).bm, 128);  // plain weights: no token tile
   EXPECT_EQ(select_sm90(32, 8, Sm90Kind::kPlain, 0, 0).bm, 128);  // 64-row blocks off
   EXPECT_EQ(select_sm90(100, 8, Sm90Kind::kPlain, 0, 128).bm, 64);
+}
+
+// W4A8 on QGMMA (Sm90Gather::kperm): within each 16 columns, wgmma's k32 A-fragment position
+// 4q + j of lane q (j = 0..3) must hold the column the int4 atom's word gives lane q there: its
+// pairs (2q, 2q + 1) and (2q + 8, 2q + 9) of one k16 step (the mma.sync fragment order). The map is
+// a permutation of each 16 columns (no column lost or doubled) and leaves the 16-column blocks in place.
+TEST(Sm90KPerm, PutsEachColumnWhereTheInt4AtomWordHasIt) {
+  for (int i = 0; i < 64; ++i) {
+    const int base = i / 16 * 16, pos = sm90_kperm_pos(i) - base;
+    ASSERT_GE(pos, 0) << i;
+    ASSERT_LT(pos, 16) << i;
+    const int q = pos / 4, j = pos % 4;
+    const int col = 2 * q + (j & 1) + (j >> 1) * 8;
+    EXPECT_EQ(base + col, i) << "position " << pos << " of block " << base / 16;
+  }
+  std::vector<int> seen(64, 0);
+  for (int i = 0; i < 64; ++i) ++seen[sm90_kperm_pos(i)];
+  for (int p = 0; p < 64; ++p) EXPECT_EQ(seen[p], 1) << "position " << p;
 }
 
 }  // namespace

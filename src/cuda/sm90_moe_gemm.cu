@@ -66,8 +66,11 @@ struct Sm90Cfg {
 };
 
 // ---- PTX helpers (sm_90) -------------------------------------------------------------------------
+// Pointer arithmetic on the shared array itself: a round trip through an integer loses the address
+// space, and every access through the result then compiled to generic LD / ST with their address
+// conversion (H200 ncu, seventeenth session: the wq kernel's per-stage atom loads were LD.E.128).
 __device__ __forceinline__ uint8_t* align_1024(uint8_t* p) {
-  return reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(p) + 1023) & ~uintptr_t(1023));
+  return p + ((1024u - (smem_u32(p) & 1023u)) & 1023u);
 }
 __device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, uint64_t* bar, int c0, int c1) {
   asm volatile(
@@ -882,9 +885,17 @@ __global__ void __launch_bounds__(384, wq_ctas<F, TN, SC>())
   uint32_t zm[2], zq[2];  // zq (Q8): -(64 + z) for the pairs scaled by 1/16 (dq_u4_word_f16)
   zm[0] = zm[1] = CvOp::pack(CvOp::kInt4Base + zsym, CvOp::kInt4Base + zsym);
   zq[0] = zq[1] = F16::pack(-(64.f + zsym), -(64.f + zsym));
-  auto zero_of = [&](int h, int g) -> float {
-    return rok[h] ? p.zero[(static_cast<size_t>(e) * p.kg + g) * p.n + orow[h]] : zsym;
-  };
+  // the two rows' scale / zero-point columns, so that a group's value is one 32-bit offset away
+  // (the 64-bit index arithmetic per load was ~40 instructions per stage: ncu, seventeenth session)
+  const float* zrow[2] = {nullptr, nullptr};
+  const float* srow[2] = {nullptr, nullptr};
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    if (!rok[h]) continue;
+    if (p.zero != nullptr) zrow[h] = p.zero + static_cast<size_t>(e) * p.kg * p.n + orow[h];
+    if (!FP4) srow[h] = p.col_scale + static_cast<size_t>(e) * p.kg * p.nsc + orow[h];
+  }
+  auto zero_of = [&](int h, int g) -> float { return rok[h] ? zrow[h][g * p.n] : zsym; };
   auto set_zero = [&](float z0, float z1) {
     zf[0] = z0;
     zf[1] = z1;
@@ -894,9 +905,7 @@ __global__ void __launch_bounds__(384, wq_ctas<F, TN, SC>())
       if constexpr (Q8) zq[h] = F16::pack(-(64.f + zf[h]), -(64.f + zf[h]));
     }
   };
-  auto scale_of = [&](int h, int g) -> float {
-    return rok[h] ? __ldg(p.col_scale + (static_cast<size_t>(e) * p.kg + g) * p.nsc + orow[h]) : 0.f;
-  };
+  auto scale_of = [&](int h, int g) -> float { return rok[h] ? __ldg(srow[h] + g * p.nsc) : 0.f; };
   constexpr bool grouped = !CHANNEL && !FP4;     // scales change along K (per weight group)
   // accumulate straight into acc; Q8 never does: QGMMA partials are promoted into fp32 every 128-k
   // stage (channel scales: added unscaled, the row scale applied once at the end)

@@ -122,6 +122,8 @@ inline size_t sm90_plain_bytes(int E, int np, int kp, int bits) {
   return static_cast<size_t>(E) * sm90_plain_nt(np) * sm90_plain_kt(kp, bits) * 256 * 128;
 }
 
+// Columns a Sm90Gather::kperm row holds: cols rounded up to whole 16-column blocks.
+__host__ __device__ inline int sm90_kperm_cols(int cols) { return (cols + 15) / 16 * 16; }
 // Position of column i in a Sm90Gather::kperm row.
 __host__ __device__ inline int sm90_kperm_pos(int i) {
   return (i & ~15) | (((i >> 1) & 3) << 2) | (((i >> 3) & 1) << 1) | (i & 1);

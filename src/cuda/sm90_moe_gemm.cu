@@ -754,10 +754,10 @@ __device__ __forceinline__ void dq_u4_word_f16(uint32_t w, const uint32_t (&zs)[
                                                uint32_t (&o)[4]) {
   const uint32_t w8 = w >> 8;
   uint32_t t[4];
-  asm("lop3.b32 %0, %1, %2, %3, 0xEA;\n" : "=r"(t[0]) : "r"(w), "n"(0x000F000Fu), "n"(0x64006400u));
-  asm("lop3.b32 %0, %1, %2, %3, 0xEA;\n" : "=r"(t[1]) : "r"(w), "n"(0x00F000F0u), "n"(0x64006400u));
-  asm("lop3.b32 %0, %1, %2, %3, 0xEA;\n" : "=r"(t[2]) : "r"(w8), "n"(0x000F000Fu), "n"(0x64006400u));
-  asm("lop3.b32 %0, %1, %2, %3, 0xEA;\n" : "=r"(t[3]) : "r"(w8), "n"(0x00F000F0u), "n"(0x64006400u));
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;\n" : "=r"(t[0]) : "r"(w), "n"(0x000F000Fu), "n"(F16::kInt4Magic));
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;\n" : "=r"(t[1]) : "r"(w), "n"(0x00F000F0u), "n"(F16::kInt4Magic));
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;\n" : "=r"(t[2]) : "r"(w8), "n"(0x000F000Fu), "n"(F16::kInt4Magic));
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;\n" : "=r"(t[3]) : "r"(w8), "n"(0x00F000F0u), "n"(F16::kInt4Magic));
   const uint32_t sixteenth = 0x2C002C00u;  // fp16 1/16 in both halves
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
@@ -1273,7 +1273,7 @@ __global__ void __launch_bounds__(128) sm90_gather_kernel(const Sm90Gather p) {
       for (int i = tid; i < p.cols; i += 128) dst[i] = Op::from_f(0.f);
     } else {
       uint8_t* dst = static_cast<uint8_t*>(p.out) + static_cast<size_t>(pos) * p.out_pitch;
-      const int cols = p.kperm ? (p.cols + 15) / 16 * 16 : p.cols;
+      const int cols = p.kperm ? sm90_kperm_cols(p.cols) : p.cols;
       for (int i = tid; i < cols; i += 128) dst[i] = 0;
     }
     if (p.quant != 0)
@@ -1316,7 +1316,7 @@ __global__ void __launch_bounds__(128) sm90_gather_kernel(const Sm90Gather p) {
       else dst[p.kperm ? sm90_kperm_pos(i) : i] = c;
     }
     if (p.kperm && !p.out16)  // the columns past cols of the last 16 land inside the row: zeros
-      for (int i = p.cols + tid; i < (p.cols + 15) / 16 * 16; i += 128) dst[sm90_kperm_pos(i)] = 0;
+      for (int i = p.cols + tid; i < sm90_kperm_cols(p.cols); i += 128) dst[sm90_kperm_pos(i)] = 0;
     if (tid == 0) p.scales[static_cast<size_t>(pos) * p.groups] = s;
     return;
   }
@@ -1404,7 +1404,7 @@ __global__ void __launch_bounds__(128) sm90_gather_codes_kernel(const Sm90Gather
   const int64_t srow = sid / p.row_div;
   const uint8_t* src = static_cast<const uint8_t*>(p.codes) + srow * p.codes_pitch;
   uint8_t* dst = static_cast<uint8_t*>(p.out) + static_cast<size_t>(pos) * p.out_pitch;
-  const int n16 = p.kperm ? (p.cols + 15) / 16 : p.cols / 16;  // kperm rows run to a multiple of 16
+  const int n16 = p.kperm ? sm90_kperm_cols(p.cols) / 16 : p.cols / 16;  // kperm rows run to a multiple of 16
   const uint4* s4 = reinterpret_cast<const uint4*>(src);
   uint4* d4 = reinterpret_cast<uint4*>(dst);
   int c = lane;
@@ -1550,7 +1550,7 @@ void launch_wq_tn(const Sm90Gemm& p, cudaStream_t s) {
   std::call_once(once, [&] { QMOE_CUDA_OK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM)); });
   // Q8: e4m3 code rows, permuted within each 16 columns, so a row's last 16 columns may hold codes
   // past k (the gather writes zeros where columns past k land): the map covers them
-  const CUtensorMap mx = Q8 ? make_map(p.a, true, (p.k + 15) / 16 * 16, p.a_rows, p.a_pitch, TN)
+  const CUtensorMap mx = Q8 ? make_map(p.a, true, sm90_kperm_cols(p.k), p.a_rows, p.a_pitch, TN)
                             : make_map(p.a, false, p.k, p.a_rows, static_cast<int64_t>(p.a_pitch) * 2, TN);
   const int ntn = (p.np + 127) / 128;
   const int groups = (p.max_blocks + kGroupM - 1) / kGroupM;
@@ -1689,7 +1689,7 @@ void launch_sm90_gather(bool f16, const Sm90Gather& p, cudaStream_t s) {
   QMOE_CHECK(p.sorted_ids != nullptr || sm90_gather_warp_ok(p), kInternal,
              "sm90_gather: positions without sorted ids need 16-byte aligned rows");
   // one warp per position (quant 0..3, 16-byte aligned rows and output pitch)
-  QMOE_CHECK(!p.kperm || ((p.quant == 1 || p.quant == 3) && !p.out16 && p.out_pitch >= (p.cols + 15) / 16 * 16),
+  QMOE_CHECK(!p.kperm || ((p.quant == 1 || p.quant == 3) && !p.out16 && p.out_pitch >= sm90_kperm_cols(p.cols)),
              kInternal, "sm90_gather: permuted rows are e4m3 codes per token or static, rows of ", p.out_pitch,
              " bytes for ", p.cols, " columns");
   if (sm90_gather_warp_ok(p)) {

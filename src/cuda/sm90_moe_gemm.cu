@@ -47,16 +47,25 @@ constexpr int kGroupM = 8;
 // BM = 128: each consumer warpgroup multiplies 64 of the rows by all BN columns; BM = 64 (few rows
 // per expert, where 128-row M-blocks were half padding): both warpgroups multiply the 64 rows, each
 // by half of the BN columns (m64n128 HGMMA / m64n64 QGMMA), so a weight tile still streams once.
-template <bool FP8, int BM = kBM>
+#ifndef QMOE_SM90_I8_BN
+#define QMOE_SM90_I8_BN 256  // INT8 W8A8's tile width (128: the earlier form, for A/B builds)
+#endif
+template <bool FP8, int BM = kBM, bool I8 = false>
 struct Sm90Cfg {
   // fp8 keeps 64 k-block partials beside the 64 accumulators, so its tile is n128 (n256 as two
   // sequential n128 halves measured 20-27% slower at M = 4096 on the H200). An fp8 stage holds
   // two 128-k blocks (KH = 2 boxes per operand), so one wait covers 8 QGMMAs (ncu at one block per
   // stage: 33% SM throughput, latency-bound).
-  static constexpr int BN = FP8 ? 128 : 256;
-  static constexpr int KH = FP8 ? 2 : 1;             // 128-byte k boxes per stage
-  static constexpr int BK = FP8 ? 256 : 64;          // elements per stage
-  static constexpr int STAGES = FP8 ? 3 : 4;
+  // INT8 (I8) sums exactly in int32 accumulators over all of K, with no partials to promote, so it
+  // takes the 16-bit tile: 128 x 256, one 128-byte k box per stage, 4 stages. A 128 x 128 byte tile
+  // reads 64 bytes of shared stage per 2^20 MACs... i.e. twice the 16-bit tile's L2 traffic per
+  // MAC at twice its MMA rate: ncu (fp8, mixtral-8x7b M = 4096 GEMM1) read 7.1 TB/s from L2 at 56%
+  // tensor activity; n256 reads 3/4 of that per MAC.
+  static constexpr bool kWide = !FP8 || (I8 && QMOE_SM90_I8_BN == 256);
+  static constexpr int BN = kWide ? 256 : 128;
+  static constexpr int KH = kWide ? 1 : 2;           // 128-byte k boxes per stage
+  static constexpr int BK = KH * (FP8 ? 128 : 64);   // elements per stage
+  static constexpr int STAGES = kWide ? 4 : 3;
   static constexpr int A_ST = KH * BM * 128;         // bytes per stage
   static constexpr int B_ST = KH * BN * 128;
   static constexpr int WN = BM == kBM ? BN : BN / 2;  // columns of one consumer warpgroup
@@ -126,7 +135,7 @@ template <class Op, bool FP8, bool I8 = false, int BM = kBM>  // I8: byte operan
 __global__ void __launch_bounds__(384, 1)
     sm90_moe_gemm_kernel(const __grid_constant__ CUtensorMap tma_a, const Sm90Gemm p) {
 #if QMOE_SM90A
-  using C = Sm90Cfg<FP8, BM>;
+  using C = Sm90Cfg<FP8, BM, I8>;
   constexpr int BN = C::BN, BK = C::BK, STAGES = C::STAGES, NACC = C::NACC, WN = C::WN;
   static_assert(BM == kBM || (BM == 64 && !I8), "64-row M-blocks: 16-bit and fp8 only");
   extern __shared__ uint8_t smem_raw[];
@@ -298,13 +307,32 @@ __global__ void __launch_bounds__(384, 1)
     int iacc[NACC];
 #pragma unroll
     for (int i = 0; i < NACC; ++i) iacc[i] = 0;
-    byte_kloop([&](const uint8_t* a_st, const uint8_t* b_st) {
+    if constexpr (C::kWide) {
+      // the 16-bit loop's order: stage kb's IGMMAs stay in flight while stage kb + 1 is awaited
+      for (int kb = 0; kb < nk; ++kb) {
+        const int s = kb % STAGES;
+        mbar_wait(&full[s], (kb / STAGES) & 1);
+        if (kb == 0) QMOE_TRACE(1);
+        const uint8_t* a_st = sA + s * C::A_ST + rw * 128;
+        const uint8_t* b_st = sB + s * C::B_ST;
+        wgmma_fence();
 #pragma unroll
-      for (int h = 0; h < C::KH; ++h)
+        for (int kk = 0; kk < 4; ++kk) wgmma_n256_s8(iacc, smem_desc(a_st + kk * 32), smem_desc(b_st + kk * 32), 1);
+        wgmma_commit();
+        wgmma_wait1();
+        if (kb > 0 && lane == 0) mbar_arrive(&empty[(kb - 1) % STAGES]);
+      }
+      wgmma_wait0();
+      QMOE_TRACE(2);
+    } else {
+      byte_kloop([&](const uint8_t* a_st, const uint8_t* b_st) {
 #pragma unroll
-        for (int kk = 0; kk < 4; ++kk)
-          wgmma_n128_s8(iacc, smem_desc(a_st + h * BM * 128 + kk * 32), smem_desc(b_st + h * BN * 128 + kk * 32), 1);
-    }, [](int) {});
+        for (int h = 0; h < C::KH; ++h)
+#pragma unroll
+          for (int kk = 0; kk < 4; ++kk)
+            wgmma_n128_s8(iacc, smem_desc(a_st + h * BM * 128 + kk * 32), smem_desc(b_st + h * BN * 128 + kk * 32), 1);
+      }, [](int) {});
+    }
     each_scale([&](int i, float cs, float r) { acc[i] = (static_cast<float>(iacc[i]) * cs) * r; });
   } else if constexpr (FP8) {
     float tmp0[NACC], tmp1[NACC];
@@ -1495,7 +1523,7 @@ CUtensorMap make_map(const void* base, bool byte_elems, int k, int rows, int64_t
 
 template <class Op, bool FP8, bool I8 = false, int BM = kBM>
 void launch_gemm(const Sm90Gemm& p, cudaStream_t s) {
-  using C = Sm90Cfg<FP8, BM>;
+  using C = Sm90Cfg<FP8, BM, I8>;
   auto kern = sm90_moe_gemm_kernel<Op, FP8, I8, BM>;
   static std::once_flag once;
   std::call_once(once, [&] { QMOE_CUDA_OK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM)); });

@@ -65,6 +65,8 @@ out.append(gen("wgmma_n16_f16", 16, "f16.f16", 16))
 out.append(gen("wgmma_n64_bf16", 64, "bf16.bf16", 16))
 out.append(gen("wgmma_n64_f16", 64, "f16.f16", 16))
 out.append(gen("wgmma_n16_e4m3", 16, "e4m3.e4m3", 32, trans=False))
+out.append(gen("wgmma_n16_s8", 16, "s8.s8", 32, acc="r", trans=False))  # INT8 W8A8 on the streaming kernel
+out.append(gen("wgmma_n64_s8", 64, "s8.s8", 32, acc="r", trans=False))
 out.append(gen("wgmma_ra_n128_bf16", 128, "bf16.bf16", 16, a_regs=True))
 out.append(gen("wgmma_ra_n128_f16", 128, "f16.f16", 16, a_regs=True))
 # the quantized-weight kernel's 64- and 32-row token tiles (few rows per expert)

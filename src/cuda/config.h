@@ -150,7 +150,7 @@ inline DecodeConfig select_decode(const GemmProblem& p, bool fill_splits, int ma
 // (moe_forward.cu; the kernels in sm90_moe_gemm.cu). rows = expected rows per touched expert.
 enum class Sm90Kind : int {
   kPlain = 0,  // 16-bit or fp8 weights (HGMMA / QGMMA on the plain copy)
-  kInt8 = 1,   // INT8 W8A8 (IGMMA; 128-row M-blocks only)
+  kInt8 = 1,   // INT8 W8A8 (IGMMA on the plain copy: M-blocks and stream rule as kPlain)
   kWq = 2,     // int4 / int8 atoms and W4A8 (weights as the register operand; 128-row M-blocks)
   kFp4 = 3,    // NVFP4 / MXFP4 units on the wq kernel
 };
@@ -174,6 +174,7 @@ struct Sm90Choice {
 // each extra block streams the expert's weights again, 0.74-0.94x), and on qwen3-30b-a3b (K = 2048
 // / 768: 0.85-0.95x). Hence: up to 8 rows, at least 4 items per SM, and either few experts (large
 // per-expert weights) or fp8 at 5-8 rows.
+// INT8 W8A8 (IGMMA, per-channel x per-token scales) follows fp8's rule (fp8 = byte weights).
 inline void select_sm90_stream(Sm90Choice& c, int64_t rows, int num_experts, int64_t touched, int boxes, bool fp8,
                                int sms, bool eligible, int stream_mode = -1, int nt = 0) {
   bool on = rows <= 8 && touched * boxes >= int64_t{4} * sms && (num_experts <= 16 || (fp8 && rows > 4));
@@ -223,11 +224,11 @@ inline Sm90Choice select_sm90(int64_t rows, int num_experts, Sm90Kind kind, int 
   Sm90Choice c;
   int need = 17;
   if (min_rows > 0) need = min_rows;
-  else if (kind == Sm90Kind::kPlain && num_experts <= 16) need = 16;
+  else if ((kind == Sm90Kind::kPlain || kind == Sm90Kind::kInt8) && num_experts <= 16) need = 16;
   else if (kind == Sm90Kind::kWq) need = 8;
   else if (kind == Sm90Kind::kFp4) need = 12;
   c.wgmma = rows >= need;
-  if (kind == Sm90Kind::kPlain) {
+  if (kind == Sm90Kind::kPlain || kind == Sm90Kind::kInt8) {
     const bool b64 = rows64_max >= 0 ? rows <= rows64_max : (rows <= 40 || (rows <= 64 && num_experts >= 64));
     c.bm = b64 ? 64 : 128;
   } else if (kind == Sm90Kind::kWq || kind == Sm90Kind::kFp4) {

@@ -397,8 +397,10 @@ __device__ __forceinline__ float row_max(float v, float* red) {
 // pass; 3: the given static scale s), scale(g, s) once per scale group by one thread. CODES: the
 // quantized chunks go to store(c, uint2 of 8 e4m3 codes), else to store(c, their 8 e4m3 values).
 // The values as act_prep_kernel / the reference compute them (numerics.md: s = max(amax, 1e-10) /
-// 448, q = e4m3_satfinite(x / s), the division correctly rounded: RowDiv). red: 4 floats of
-// shared scratch (row_max).
+// 448, q = e4m3_satfinite(x / s), the division correctly rounded: RowDiv). Quant 4: int8 per token
+// as act_prep_q / the reference (s = max(amax, 1e-10) / 127, q = clamp(rint(x / s), -128, 127));
+// CODES: 8 int8 bytes per chunk, else the 8 integers as values. red: 4 floats of shared scratch
+// (row_max).
 // PERM (CODES, quant 1 / 3): the codes of each 16 columns (chunks 2m, 2m + 1 on lanes 2m, 2m + 1)
 // are stored in the Sm90Gather::kperm order (perm16_pair), and a row's codes run to an even chunk
 // count (zeros past the row).
@@ -428,17 +430,36 @@ __device__ __forceinline__ void warp_row_quant(const typename Op::T* src, int nc
       store(c, v);
     }
   };
-  if (quant == 1 || quant == 3) {
-    if (quant == 1) {  // first pass: the row's absmax
+  if (quant == 1 || quant == 3 || quant == 4) {
+    if (quant != 3) {  // first pass: the row's absmax
       float mx = 0.f;
       warp_row_chunks<Op, WPR>(src, nch, w_on, w, [&](int, const float (&v)[8]) {
 #pragma unroll
         for (int j = 0; j < 8; ++j) mx = fmaxf(mx, fabsf(v[j]));
       });
-      s = fmaxf(row_max<WPR>(mx, red), 1e-10f) / 448.f;
+      s = fmaxf(row_max<WPR>(mx, red), 1e-10f) / (quant == 4 ? 127.f : 448.f);
     }
     const RowDiv div(s);
     const bool fast = RowDiv::safe(s);
+    if (quant == 4) {
+      warp_row_chunks<Op, WPR>(src, nch, w_on, w, [&](int c, const float (&v)[8]) {
+        if (c >= nch) return;
+        float q[8];
+#pragma unroll
+        for (int j = 0; j < 8; ++j) q[j] = fminf(fmaxf(rintf(fast ? div(v[j]) : v[j] / s), -128.f), 127.f);
+        if constexpr (CODES) {
+          uint32_t cw[2] = {0u, 0u};
+#pragma unroll
+          for (int j = 0; j < 8; ++j)
+            cw[j >> 2] |= static_cast<uint32_t>(static_cast<uint8_t>(static_cast<int8_t>(q[j]))) << (8 * (j & 3));
+          store(c, make_uint2(cw[0], cw[1]));
+        } else {
+          store(c, q);
+        }
+      });
+      if (tr == 0) scale(0, s);
+      return;
+    }
     warp_row_chunks<Op, WPR>(src, nch, w_on, w, [&](int c, const float (&v)[8]) {
       if constexpr (PERM) {  // every lane: the pair exchange shuffles
         float q[8];

@@ -120,7 +120,7 @@ int stream_hint_env() {
   return v;
 }
 
-// fp8 activations quantized once per token and then gathered as codes where the same token feeds
+// fp8 / int8 activations quantized once per token and then gathered as codes where the same token feeds
 // top_k > 1 slots (ExpertsPlan::quant_once); QMOE_CUDA_QUANT_ONCE=0 quantizes every slot's row
 // (measurements, tests; read per plan).
 bool quant_once_on() { return env_on("QMOE_CUDA_QUANT_ONCE"); }
@@ -241,7 +241,7 @@ struct ExpertsPlan {
   void* as = nullptr;
   void* hs = nullptr;
   void* hsq = nullptr;
-  // fp8 dynamic activations (per token / 1x128) of a top_k > 1 layer without weight on input: x
+  // fp8 / int8 dynamic activations (per token / 1x128) of a top_k > 1 layer without weight on input: x
   // quantized once per token into xq / xq_scale, then its codes gathered (ncu, deepseek-v3 fp8
   // M = 4096: quantizing each of the 8 slots of a token took 214 us, 72% SM-busy)
   bool quant_once = false;
@@ -271,10 +271,13 @@ struct ExpertsPlan {
           select_sm90(rows_per_expert, ex.num_experts, kind, wgmma_min_rows_env(), wg64_max_rows_env(), wq_tn_env());
       const bool sm90_ok = sm90_eligible(ex);
       c2.wgmma = c2.wgmma && sm90_ok;
-      // 16-bit weights, or fp8 with one scale pair for all of K in both projections
-      const bool stream_ok = sm90_ok && kind == Sm90Kind::kPlain &&
-                             (ex.fmt == WFmt::k16 || (mode_of(ex.w13, ex.act_quant) == 3 && mode_of(ex.w2, ex.act_quant) == 3));
-      select_sm90_stream(c2, rows_per_expert, ex.num_experts, touched, (ex.w13.np + 255) / 256, ex.fmt == WFmt::kFP8, sms,
+      // 16-bit weights, fp8 with one scale pair for all of K in both projections, INT8 W8A8 (channel
+      // x per-token scales: sm90_eligible)
+      const bool stream_ok =
+          sm90_ok && ((kind == Sm90Kind::kPlain && (ex.fmt == WFmt::k16 || (mode_of(ex.w13, ex.act_quant) == 3 &&
+                                                                            mode_of(ex.w2, ex.act_quant) == 3))) ||
+                      kind == Sm90Kind::kInt8);
+      select_sm90_stream(c2, rows_per_expert, ex.num_experts, touched, (ex.w13.np + 255) / 256, op.bytes, sms,
                          stream_ok, stream_mode_env(), stream_nt_env());
       wg = c2.wgmma;
       bm = c2.bm;
@@ -305,8 +308,9 @@ struct ExpertsPlan {
         hsq = cv.take<char>(static_cast<size_t>(cap) * ex.w2.kp);
         h_groups = ex.act_quant == ActQuant::kFP8Group128 ? (ex.intermediate + 127) / 128 : 1;
         h_scale = cv.take<float>(static_cast<size_t>(cap) * h_groups);
-        quant_once = !op.i8 && top_k > 1 && !weight_on_input &&
-                     (ex.act_quant == ActQuant::kFP8Token || ex.act_quant == ActQuant::kFP8Group128) &&
+        quant_once = top_k > 1 && !weight_on_input &&
+                     (ex.act_quant == ActQuant::kFP8Token || ex.act_quant == ActQuant::kFP8Group128 ||
+                      ex.act_quant == ActQuant::kINT8Token) &&
                      ex.hidden % 8 == 0 && ex.w13.kp % 16 == 0 && quant_once_on();
         if (quant_once) {
           xq = cv.take<char>(static_cast<size_t>(m) * ex.w13.kp);

@@ -146,8 +146,9 @@ void launch_sm90_gemm(bool f16, int kind, const Sm90Gemm& p, cudaStream_t s);
 void launch_sm90_wq_gemm(bool f16, WFmt fmt, const Sm90Gemm& p, cudaStream_t s);
 // Whether the Q8 form (Sm90Gemm::q8) runs M-blocks of `block` rows with channel (or group) scales.
 bool sm90_wq_q8_supports(int block, bool channel);
-// The streaming kernel for memory-bound M (sm90_moe_gemm.cu): 16-bit (kind 0) or fp8 weights with
-// one scale pair for all of K (kind 1), M-blocks of 16 or 64 rows (p.block), weights as wgmma's A.
+// The streaming kernel for memory-bound M (sm90_moe_gemm.cu): 16-bit (kind 0), fp8 (kind 1) or INT8
+// W8A8 weights (kind 2) with one scale pair for all of K, M-blocks of 16 or 64 rows (p.block),
+// weights as wgmma's A. Kind 2 with 64-row M-blocks also runs on launch_sm90_gemm.
 void launch_sm90_stream(bool f16, int kind, const Sm90Gemm& p, cudaStream_t s);
 void launch_sm90_gather(bool f16, const Sm90Gather& p, cudaStream_t s);
 // Whether p runs on the one-warp-per-position gather (16-byte aligned rows, quant 0..3).

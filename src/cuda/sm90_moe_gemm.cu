@@ -137,7 +137,7 @@ __global__ void __launch_bounds__(384, 1)
 #if QMOE_SM90A
   using C = Sm90Cfg<FP8, BM, I8>;
   constexpr int BN = C::BN, BK = C::BK, STAGES = C::STAGES, NACC = C::NACC, WN = C::WN;
-  static_assert(BM == kBM || (BM == 64 && !I8), "64-row M-blocks: 16-bit and fp8 only");
+  static_assert(BM == kBM || BM == 64, "M-blocks of 128 or 64 rows");
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = align_1024(smem_raw);  // 128B-swizzled stages start on 1024-byte boundaries
   uint8_t* sA = smem;
@@ -314,10 +314,14 @@ __global__ void __launch_bounds__(384, 1)
         mbar_wait(&full[s], (kb / STAGES) & 1);
         if (kb == 0) QMOE_TRACE(1);
         const uint8_t* a_st = sA + s * C::A_ST + rw * 128;
-        const uint8_t* b_st = sB + s * C::B_ST;
+        const uint8_t* b_st = sB + s * C::B_ST + cn * 128;
         wgmma_fence();
 #pragma unroll
-        for (int kk = 0; kk < 4; ++kk) wgmma_n256_s8(iacc, smem_desc(a_st + kk * 32), smem_desc(b_st + kk * 32), 1);
+        for (int kk = 0; kk < 4; ++kk) {
+          const uint64_t da = smem_desc(a_st + kk * 32), db = smem_desc(b_st + kk * 32);
+          if constexpr (WN == 256) wgmma_n256_s8(iacc, da, db, 1);
+          else wgmma_n128_s8(iacc, da, db, 1);  // 64-row M-blocks: each warpgroup half of the columns
+        }
         wgmma_commit();
         wgmma_wait1();
         if (kb > 0 && lane == 0) mbar_arrive(&empty[(kb - 1) % STAGES]);
@@ -477,7 +481,9 @@ struct StreamCfg {
   static constexpr int SMEM = STAGES * (W_ST + X_ST) + 2 * STAGES * 8 + 1024;
 };
 
-template <class Op, bool FP8, int NT>
+// I8 (INT8 W8A8, FP8 = true: byte operands): IGMMA m64 x NT x k32 s8, exact int32 sums over all of
+// K (no promotion), converted once before the epilogue's scale pair.
+template <class Op, bool FP8, int NT, bool I8 = false>
 __global__ void __launch_bounds__(384, 1)
     sm90_stream_kernel(const __grid_constant__ CUtensorMap tma_x, const Sm90Gemm p) {
 #if QMOE_SM90A
@@ -572,7 +578,31 @@ __global__ void __launch_bounds__(384, 1)
         for (int sl = 0; sl < 2; ++sl) mma(sl, smem_desc(w_st + sl * 64 * 128 + kk * 32), smem_desc(x_st + kk * 32), kk);
       wgmma_commit();
     };
-    if constexpr (FP8) {
+    if constexpr (I8) {
+      int iacc[2][NA];
+#pragma unroll
+      for (int sl = 0; sl < 2; ++sl)
+#pragma unroll
+        for (int i = 0; i < NA; ++i) iacc[sl][i] = 0;
+      int prev = -1;
+      for (int kt = 0; kt < nk; ++kt) {
+        issue_stage([&](int sl, uint64_t da, uint64_t db, int) {
+          if constexpr (NT == 64) wgmma_n64_s8(iacc[sl], da, db, 1);
+          else wgmma_n16_s8(iacc[sl], da, db, 1);
+        });
+        // as the 16-bit loop: this stage's IGMMAs stay in flight while the next one is awaited
+        wgmma_wait1();
+        if (prev >= 0 && lane == 0) mbar_arrive(&empty[prev]);
+        prev = slot;
+        advance();
+      }
+      wgmma_wait0();
+      if (prev >= 0 && lane == 0) mbar_arrive(&empty[prev]);
+#pragma unroll
+      for (int sl = 0; sl < 2; ++sl)
+#pragma unroll
+        for (int i = 0; i < NA; ++i) acc[sl][i] = static_cast<float>(iacc[sl][i]);
+    } else if constexpr (FP8) {
       float tmp[2][NA];
       for (int kt = 0; kt < nk; ++kt) {
         issue_stage([&](int sl, uint64_t da, uint64_t db, int kk) {
@@ -1384,7 +1414,7 @@ __global__ void __launch_bounds__(128) sm90_gather_kernel(const Sm90Gather p) {
   }
 }
 
-// sm90_gather for quant 0..3 on 16-byte-aligned rows: one warp per position (device_common.cuh
+// sm90_gather for quant 0..4 on 16-byte-aligned rows: one warp per position (device_common.cuh
 // warp_row_chunks: 16-byte loads, 8- / 16-byte stores, up to 64 rows in flight per SM), four
 // positions per block; same values as sm90_gather_kernel (ncu, qwen3-30b-a3b fp8 M = 4096: that
 // kernel took 83 us for x and 96 us for h, 8% and 9% of the layer).
@@ -1555,10 +1585,10 @@ void launch_gemm(const Sm90Gemm& p, cudaStream_t s) {
 #endif
 }
 
-template <class Op, bool FP8, int NT>
+template <class Op, bool FP8, int NT, bool I8 = false>
 void launch_stream(const Sm90Gemm& p, cudaStream_t s) {
   using C = StreamCfg<NT>;
-  auto kern = sm90_stream_kernel<Op, FP8, NT>;
+  auto kern = sm90_stream_kernel<Op, FP8, NT, I8>;
   static std::once_flag once;
   std::call_once(once, [&] { QMOE_CUDA_OK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM)); });
   const int esz = FP8 ? 1 : 2;
@@ -1667,12 +1697,11 @@ void launch_sm90_wq_gemm(bool f16, WFmt fmt, const Sm90Gemm& p, cudaStream_t s) 
 }
 
 void launch_sm90_gemm(bool f16, int kind, const Sm90Gemm& p, cudaStream_t s) {
-  QMOE_CHECK(p.block == kBM || (p.block == 64 && kind != 2), kInternal, "sm90 GEMM: M-blocks of ", p.block,
-             " rows for kind ", kind);
+  QMOE_CHECK(p.block == kBM || p.block == 64, kInternal, "sm90 GEMM: M-blocks of ", p.block, " rows for kind ", kind);
   const bool b64 = p.block == 64;
   if (kind == 2) {
-    if (f16) launch_gemm<F16, true, true>(p, s);
-    else launch_gemm<BF16, true, true>(p, s);
+    if (f16) b64 ? launch_gemm<F16, true, true, 64>(p, s) : launch_gemm<F16, true, true>(p, s);
+    else b64 ? launch_gemm<BF16, true, true, 64>(p, s) : launch_gemm<BF16, true, true>(p, s);
   } else if (kind == 1) {
     if (f16) b64 ? launch_gemm<F16, true, false, 64>(p, s) : launch_gemm<F16, true>(p, s);
     else b64 ? launch_gemm<BF16, true, false, 64>(p, s) : launch_gemm<BF16, true>(p, s);
@@ -1683,12 +1712,15 @@ void launch_sm90_gemm(bool f16, int kind, const Sm90Gemm& p, cudaStream_t s) {
 }
 
 void launch_sm90_stream(bool f16, int kind, const Sm90Gemm& p, cudaStream_t s) {
-  QMOE_CHECK((kind == 0 || kind == 1) && (p.block == 16 || p.block == 64), kInternal, "sm90 stream GEMM: kind ",
+  QMOE_CHECK(kind >= 0 && kind <= 2 && (p.block == 16 || p.block == 64), kInternal, "sm90 stream GEMM: kind ",
              kind, ", M-blocks of ", p.block, " rows");
   QMOE_CHECK(kind == 0 || (p.kchunk == 0 && p.rs_groups == 1), kInternal,
-             "sm90 stream GEMM: fp8 scales that change along K");
+             "sm90 stream GEMM: fp8 / int8 scales that change along K");
   const bool fp8 = kind == 1, b16 = p.block == 16;
-  if (fp8) {
+  if (kind == 2) {
+    if (f16) b16 ? launch_stream<F16, true, 16, true>(p, s) : launch_stream<F16, true, 64, true>(p, s);
+    else b16 ? launch_stream<BF16, true, 16, true>(p, s) : launch_stream<BF16, true, 64, true>(p, s);
+  } else if (fp8) {
     if (f16) b16 ? launch_stream<F16, true, 16>(p, s) : launch_stream<F16, true, 64>(p, s);
     else b16 ? launch_stream<BF16, true, 16>(p, s) : launch_stream<BF16, true, 64>(p, s);
   } else {
@@ -1698,7 +1730,7 @@ void launch_sm90_stream(bool f16, int kind, const Sm90Gemm& p, cudaStream_t s) {
 }
 
 bool sm90_gather_warp_ok(const Sm90Gather& p) {
-  return p.quant <= 3 && p.cols % 8 == 0 && p.ldx % 8 == 0 && reinterpret_cast<uintptr_t>(p.x) % 16 == 0 &&
+  return p.quant <= 4 && p.cols % 8 == 0 && p.ldx % 8 == 0 && reinterpret_cast<uintptr_t>(p.x) % 16 == 0 &&
          reinterpret_cast<uintptr_t>(p.out) % 16 == 0 && p.out_pitch % 8 == 0;
 }
 
@@ -1716,7 +1748,7 @@ void launch_sm90_gather(bool f16, const Sm90Gather& p, cudaStream_t s) {
   }
   QMOE_CHECK(p.sorted_ids != nullptr || sm90_gather_warp_ok(p), kInternal,
              "sm90_gather: positions without sorted ids need 16-byte aligned rows");
-  // one warp per position (quant 0..3, 16-byte aligned rows and output pitch)
+  // one warp per position (quant 0..4, 16-byte aligned rows and output pitch)
   QMOE_CHECK(!p.kperm || ((p.quant == 1 || p.quant == 3) && !p.out16 && p.out_pitch >= sm90_kperm_cols(p.cols)),
              kInternal, "sm90_gather: permuted rows are e4m3 codes per token or static, rows of ", p.out_pitch,
              " bytes for ", p.cols, " columns");

@@ -389,9 +389,9 @@ TEST(CudaSm90, PrefillPathIsTakenAndMatchesReference) {
     ExpertWeights w = make_weights(c.spec, E, H, I, 300 + static_cast<int>(ci));
     cuda::DevExperts ex = cuda::prepare(w, Activation::kSiluMul);
     const SchemeKind kind = w.scheme.kind;
-    // 16-bit and fp8 weights take 64-row M-blocks at up to 40 expected rows per expert (M = 60:
-    // 24), 128-row blocks above (M = 333, 1200); the other schemes 128-row blocks throughout
-    const bool b64 = kind == SchemeKind::kUnquantized || kind == SchemeKind::kFP8W8A8;
+    // 16-bit, fp8 and INT8 W8A8 weights take 64-row M-blocks at up to 40 expected rows per expert
+    // (M = 60: 24), 128-row blocks above (M = 333, 1200); the other schemes 128-row blocks throughout
+    const bool b64 = kind == SchemeKind::kUnquantized || kind == SchemeKind::kFP8W8A8 || kind == SchemeKind::kINT8W8A8;
     std::vector<int64_t> ms = {333, 1200};
     if (b64) ms.insert(ms.begin(), 60);
     if (kind == SchemeKind::kUnquantized || kind == SchemeKind::kFP8W8A8 || kind == SchemeKind::kINT8W8A8)
@@ -655,6 +655,10 @@ TEST(CudaSm90, StreamKernelMatchesReference) {
   add("bf16_bias", [](auto& sp) { sp.bias = true; });
   add("fp8_channel_token_bias", [](auto& sp) {
     sp.kind = SchemeKind::kFP8W8A8; sp.fp8_strategy = Strategy::kChannel; sp.act = ActQuant::kFP8Token; sp.bias = true; });
+  // INT8 W8A8 on IGMMA (exact int32 sums, one scale pair)
+  add("int8_w8a8", [](auto& sp) { sp.kind = SchemeKind::kINT8W8A8; sp.group_size = 0; });
+  add("int8_w8a8_fp16_bias", [](auto& sp) {
+    sp.kind = SchemeKind::kINT8W8A8; sp.group_size = 0; sp.act_dtype = DType::kF16; sp.bias = true; });
   test::ScopedEnv env("QMOE_CUDA_STREAM", "1");
   const int E = 5, H = 392, I = 104;
   for (size_t ci = 0; ci < cases.size(); ++ci) {
@@ -687,12 +691,15 @@ TEST(CudaSm90, StreamKernelMatchesReference) {
       expect_close(run_device(ex, nullptr, x, r, false, emap), want, tol, str(c.name, " NT ", nt, " EP M=", m));
     }
   }
-  // longer K and several boxes per expert (K = 1000 / 600, N = 1200 / 1000), 9 experts, top-3
+  // longer K and several boxes per expert (K = 1000 / 600, N = 1200 / 1000), 9 experts, top-3;
+  // bf16, fp8 and (fp8 = 2) INT8 W8A8
   {
     ref::SchemeSpec sp;
     sp.kind = SchemeKind::kFP8W8A8; sp.fp8_strategy = Strategy::kChannel; sp.act = ActQuant::kFP8Token;
-    for (int fp8 = 0; fp8 < 2; ++fp8) {
-      ExpertWeights w = make_weights(fp8 ? sp : ref::SchemeSpec{}, 9, 1000, 600, 740 + fp8);
+    ref::SchemeSpec si;
+    si.kind = SchemeKind::kINT8W8A8; si.group_size = 0;
+    for (int fp8 = 0; fp8 < 3; ++fp8) {
+      ExpertWeights w = make_weights(fp8 == 2 ? si : fp8 ? sp : ref::SchemeSpec{}, 9, 1000, 600, 740 + fp8);
       cuda::DevExperts ex = cuda::prepare(w, Activation::kSiluMul);
       for (const char* nt : {"16", "64"}) {
         env.set("QMOE_CUDA_STREAM_NT", nt);
@@ -754,8 +761,8 @@ TEST(CudaSm90, OneTokenDecodeWithoutAlign) {
 }
 
 // The Hopper gather's fp8 activation quantization (sm90_gather_warp_kernel: per token, per 1x128
-// group, static) against the reference's (cpu/ref/act_quant.cpp) bit for bit: every e4m3 code and
-// every scale. Rows of very different magnitudes (1e-30 .. 1e30, all zeros, values that land on
+// group, static) and int8 per-token one (quant 4, INT8 W8A8) against the reference's
+// (cpu/ref/act_quant.cpp) bit for bit: every code and every scale. Rows of very different magnitudes (1e-30 .. 1e30, all zeros, values that land on
 // e4m3 rounding ties), a row length held by one warp (2048) and one held by four (7176, odd
 // 128-column groups); the division x / s is the reference's correctly rounded one (RowDiv).
 // kperm (W4A8 on QGMMA): the same codes at sm90_kperm_pos(k), zeros at the positions of the columns
@@ -785,7 +792,7 @@ TEST(CudaSm90, GatherQuantizesBitForBitAsTheReference) {
     const float s_static = 0.0173f;
     DevBuf dx = up(xb.data(), xb.size() * 2), dids = up(ids.data(), R * 4), dn = up(&npost, 4), de = up(&eid0, 4),
            dsc = up(&s_static, 4);
-    for (int qp : {1, 2, 3, 11, 13}) {  // 11 / 13: quant 1 / 3 with kperm
+    for (int qp : {1, 2, 3, 4, 11, 13}) {  // 4: int8 per token; 11 / 13: quant 1 / 3 with kperm
       const int quant = qp % 10, kperm = qp > 10;
       const int groups = quant == 2 ? (K + 127) / 128 : 1;
       DevBuf dout(static_cast<size_t>(R) * pitch), dscale(static_cast<size_t>(R) * groups * 4);
@@ -824,6 +831,7 @@ TEST(CudaSm90, GatherQuantizesBitForBitAsTheReference) {
         for (int k = 0; k < K; ++k) row[k] = codec::bf16_to_f32(xb[static_cast<size_t>(r) * K + k]);
         if (quant == 1) ws[0] = ref::quantize_fp8_token(row.data(), K, want.data());
         else if (quant == 2) ref::quantize_fp8_group128(row.data(), K, want.data(), ws.data());
+        else if (quant == 4) ws[0] = ref::quantize_int8_token(row.data(), K, reinterpret_cast<int8_t*>(want.data()));
         else ref::quantize_fp8_static(row.data(), K, s_static, want.data()), ws[0] = s_static;
         const uint8_t* gr = got.data() + static_cast<size_t>(r) * pitch;
         for (int k = 0; k < (kperm ? (K + 15) / 16 * 16 : K) && bad < 8; ++k) {
@@ -842,7 +850,7 @@ TEST(CudaSm90, GatherQuantizesBitForBitAsTheReference) {
   }
 }
 
-// fp8 per-token / 1x128 activations quantized once per token, then gathered as codes (Sm90Gather::codes):
+// fp8 per-token / 1x128 and int8 per-token activations quantized once per token, then gathered as codes (Sm90Gather::codes):
 // the two passes against the reference's quantizer bit for bit, the copy pass on shuffled slots of
 // top-3 routing with padding positions (left untouched: their poison stays), K = 2048 / 7176 (odd
 // in 16-byte pieces) and the x rows' extremes as GatherQuantizesBitForBitAsTheReference's; per-token
@@ -870,7 +878,7 @@ TEST(CudaSm90, QuantOnceGatherCopiesTheTokensCodes) {
     }
     const int P = static_cast<int>(sorted.size());
     DevBuf dx = up(xb.data(), xb.size() * 2), dids = up(sorted.data(), P * 4), dn = up(&P, 4);
-    for (int qp : {1, 2, 11}) {  // 11: quant 1 with kperm
+    for (int qp : {1, 2, 4, 11}) {  // 4: int8 per token; 11: quant 1 with kperm
       const int quant = qp % 10, kperm = qp > 10;
       const int groups = quant == 2 ? (K + 127) / 128 : 1;
       DevBuf dq(static_cast<size_t>(T) * pitch), dqs(static_cast<size_t>(T) * groups * 4);
@@ -923,6 +931,7 @@ TEST(CudaSm90, QuantOnceGatherCopiesTheTokensCodes) {
         const int t = sorted[pos] / top;
         for (int k = 0; k < K; ++k) row[k] = codec::bf16_to_f32(xb[static_cast<size_t>(t) * K + k]);
         if (quant == 1) ws[0] = ref::quantize_fp8_token(row.data(), K, want.data());
+        else if (quant == 4) ws[0] = ref::quantize_int8_token(row.data(), K, reinterpret_cast<int8_t*>(want.data()));
         else ref::quantize_fp8_group128(row.data(), K, want.data(), ws.data());
         for (int k = 0; k < (kperm ? (K + 15) / 16 * 16 : K) && bad < 8; ++k) {
           const uint8_t c = gr[kperm ? cuda::sm90_kperm_pos(k) : k], wc = k < K ? want[k] : 0;
@@ -950,6 +959,7 @@ TEST(CudaSm90, QuantOnceLayerIsBitIdentical) {
     sp.kind = SchemeKind::kFP8W8A8; sp.fp8_strategy = Strategy::kChannel; sp.act = ActQuant::kFP8Token; });
   add("fp8_block_group128", [](auto& sp) {
     sp.kind = SchemeKind::kFP8W8A8; sp.fp8_strategy = Strategy::kBlock; sp.act = ActQuant::kFP8Group128; sp.block = {8, 128}; });
+  add("int8_w8a8", [](auto& sp) { sp.kind = SchemeKind::kINT8W8A8; sp.group_size = 0; });
   const int E = 6, H = 392, I = 104;
   for (size_t ci = 0; ci < cases.size(); ++ci) {
     const Case& c = cases[ci];

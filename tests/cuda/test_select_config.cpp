@@ -187,8 +187,8 @@ TEST(SelectDecode, OneRowBlocksSplitOnlyForFill) {
 }
 
 // The Hopper path's choice (select_sm90): from 17 rows per expert, from 16 for 16-bit / fp8 weights
-// with at most 16 experts, int / W4A8 atoms from 8, fp4 units from 12; 64-row M-blocks for 16-bit /
-// fp8 up to 40 rows (64 with >= 64 experts); the quantized-weight kernel's token tile 32 / 64 / 128;
+// (and INT8 W8A8) with at most 16 experts, int / W4A8 atoms from 8, fp4 units from 12; 64-row
+// M-blocks for 16-bit / fp8 / INT8 W8A8 up to 40 rows (64 with >= 64 experts); the quantized-weight kernel's token tile 32 / 64 / 128;
 // the overrides replace the rules.
 TEST(SelectSm90, RowsPerExpertThresholds) {
   // mixtral-8x7b M = 64 (16 rows, 8 experts) and llama4-scout M = 256 (16 rows, 16 experts)
@@ -203,7 +203,10 @@ TEST(SelectSm90, RowsPerExpertThresholds) {
   EXPECT_FALSE(select_sm90(7, 8, Sm90Kind::kWq).wgmma);
   EXPECT_TRUE(select_sm90(8, 256, Sm90Kind::kWq).wgmma);  // deepseek-v3 / gpt-oss-120b M = 256
   EXPECT_TRUE(select_sm90(16, 8, Sm90Kind::kWq).wgmma);
-  EXPECT_FALSE(select_sm90(16, 8, Sm90Kind::kInt8).wgmma);
+  // INT8 W8A8 (IGMMA on the plain copy) follows the 16-bit / fp8 rule
+  EXPECT_TRUE(select_sm90(16, 8, Sm90Kind::kInt8).wgmma);
+  EXPECT_FALSE(select_sm90(16, 128, Sm90Kind::kInt8).wgmma);
+  EXPECT_TRUE(select_sm90(17, 128, Sm90Kind::kInt8).wgmma);
   EXPECT_FALSE(select_sm90(11, 8, Sm90Kind::kFp4).wgmma);
   EXPECT_TRUE(select_sm90(12, 8, Sm90Kind::kFp4).wgmma);
   EXPECT_TRUE(select_sm90(16, 16, Sm90Kind::kFp4).wgmma);  // llama4-scout M = 256
@@ -213,7 +216,8 @@ TEST(SelectSm90, RowsPerExpertThresholds) {
   EXPECT_EQ(select_sm90(64, 64, Sm90Kind::kPlain).bm, 64);
   EXPECT_EQ(select_sm90(64, 63, Sm90Kind::kPlain).bm, 128);
   EXPECT_EQ(select_sm90(65, 256, Sm90Kind::kPlain).bm, 128);
-  EXPECT_EQ(select_sm90(32, 256, Sm90Kind::kInt8).bm, 128);
+  EXPECT_EQ(select_sm90(32, 256, Sm90Kind::kInt8).bm, 64);   // deepseek-v3 M = 1024
+  EXPECT_EQ(select_sm90(64, 16, Sm90Kind::kInt8).bm, 128);   // llama4-scout M = 1024
   // the quantized-weight kernel's token tile: 32 up to 24 rows, 64 up to 48, else 128
   EXPECT_EQ(select_sm90(17, 8, Sm90Kind::kWq).bm, 32);
   EXPECT_EQ(select_sm90(24, 8, Sm90Kind::kWq).bm, 32);

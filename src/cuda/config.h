@@ -219,12 +219,17 @@ inline bool stream_evict_first(size_t token_row_bytes, int hint = -1) {
 //    padding: its tensor work and token bytes scale with the tile; eleventh session, M = 1024: 64
 //    against 128 rows at 32 rows per expert 1.28x (deepseek-v3, gpt-oss-120b int4 / W4A8), at 64
 //    rows 0.85-0.94x). wq_tn = 32 / 64 / 128 forces it (QMOE_CUDA_WQ_TN, measurements).
+//  * INT8 W8A8 (IGMMA on the plain copy; eighteenth session, r3, against the decode / 16-row
+//    mma.sync kernels, whose int8 path is slower than fp8's): from 2 rows per expert, M-blocks as
+//    16-bit / fp8 (deepseek-v3 / gpt-oss-120b M = 64, 2 rows: 1.21 / 1.17x; qwen3-30b-a3b M = 64,
+//    4 rows: 1.19x; M = 256, 16 rows: 1.74x).
 inline Sm90Choice select_sm90(int64_t rows, int num_experts, Sm90Kind kind, int min_rows = 0, int rows64_max = -1,
                               int wq_tn = 0) {
   Sm90Choice c;
   int need = 17;
   if (min_rows > 0) need = min_rows;
-  else if ((kind == Sm90Kind::kPlain || kind == Sm90Kind::kInt8) && num_experts <= 16) need = 16;
+  else if (kind == Sm90Kind::kInt8) need = 2;
+  else if (kind == Sm90Kind::kPlain && num_experts <= 16) need = 16;
   else if (kind == Sm90Kind::kWq) need = 8;
   else if (kind == Sm90Kind::kFp4) need = 12;
   c.wgmma = rows >= need;

@@ -187,7 +187,7 @@ TEST(SelectDecode, OneRowBlocksSplitOnlyForFill) {
 }
 
 // The Hopper path's choice (select_sm90): from 17 rows per expert, from 16 for 16-bit / fp8 weights
-// (and INT8 W8A8) with at most 16 experts, int / W4A8 atoms from 8, fp4 units from 12; 64-row
+// with at most 16 experts, INT8 W8A8 from 2, int / W4A8 atoms from 8, fp4 units from 12; 64-row
 // M-blocks for 16-bit / fp8 / INT8 W8A8 up to 40 rows (64 with >= 64 experts); the quantized-weight kernel's token tile 32 / 64 / 128;
 // the overrides replace the rules.
 TEST(SelectSm90, RowsPerExpertThresholds) {
@@ -203,10 +203,11 @@ TEST(SelectSm90, RowsPerExpertThresholds) {
   EXPECT_FALSE(select_sm90(7, 8, Sm90Kind::kWq).wgmma);
   EXPECT_TRUE(select_sm90(8, 256, Sm90Kind::kWq).wgmma);  // deepseek-v3 / gpt-oss-120b M = 256
   EXPECT_TRUE(select_sm90(16, 8, Sm90Kind::kWq).wgmma);
-  // INT8 W8A8 (IGMMA on the plain copy) follows the 16-bit / fp8 rule
-  EXPECT_TRUE(select_sm90(16, 8, Sm90Kind::kInt8).wgmma);
-  EXPECT_FALSE(select_sm90(16, 128, Sm90Kind::kInt8).wgmma);
-  EXPECT_TRUE(select_sm90(17, 128, Sm90Kind::kInt8).wgmma);
+  // INT8 W8A8 (IGMMA on the plain copy) from 2 rows per expert
+  EXPECT_FALSE(select_sm90(1, 128, Sm90Kind::kInt8).wgmma);
+  EXPECT_TRUE(select_sm90(2, 256, Sm90Kind::kInt8).wgmma);   // deepseek-v3 M = 64
+  EXPECT_TRUE(select_sm90(16, 128, Sm90Kind::kInt8).wgmma);  // qwen3-30b-a3b M = 256
+  EXPECT_EQ(select_sm90(2, 256, Sm90Kind::kInt8).bm, 64);
   EXPECT_FALSE(select_sm90(11, 8, Sm90Kind::kFp4).wgmma);
   EXPECT_TRUE(select_sm90(12, 8, Sm90Kind::kFp4).wgmma);
   EXPECT_TRUE(select_sm90(16, 16, Sm90Kind::kFp4).wgmma);  // llama4-scout M = 256

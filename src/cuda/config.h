@@ -174,10 +174,14 @@ struct Sm90Choice {
 // each extra block streams the expert's weights again, 0.74-0.94x), and on qwen3-30b-a3b (K = 2048
 // / 768: 0.85-0.95x). Hence: up to 8 rows, at least 4 items per SM, and either few experts (large
 // per-expert weights) or fp8 at 5-8 rows.
-// INT8 W8A8 (IGMMA, per-channel x per-token scales) follows fp8's rule (fp8 = byte weights).
+// INT8 W8A8 (int8: IGMMA, per-channel x per-token scales; fp8 = byte weights) wherever the first two
+// conditions hold: its decode kernel is slower than fp8's, and the streaming kernel measured (H200,
+// eighteenth session, r5, against decode at 1 row per expert) deepseek-v3 / gpt-oss-120b /
+// qwen3-30b-a3b M = 16 1.21 / 1.16 / 1.15x; at M = 1 (items short of 4 per SM) 0.77-0.99x except
+// mixtral-8x7b 1.06x; at 2-4 rows (r3) 1.22-1.24x, within 2% of the 64-row tile.
 inline void select_sm90_stream(Sm90Choice& c, int64_t rows, int num_experts, int64_t touched, int boxes, bool fp8,
-                               int sms, bool eligible, int stream_mode = -1, int nt = 0) {
-  bool on = rows <= 8 && touched * boxes >= int64_t{4} * sms && (num_experts <= 16 || (fp8 && rows > 4));
+                               int sms, bool eligible, int stream_mode = -1, int nt = 0, bool int8 = false) {
+  bool on = rows <= 8 && touched * boxes >= int64_t{4} * sms && (num_experts <= 16 || int8 || (fp8 && rows > 4));
   if (stream_mode == 1) on = true;
   else if (stream_mode == 0) on = false;
   if (!eligible || !on) return;

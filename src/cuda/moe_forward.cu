@@ -278,7 +278,7 @@ struct ExpertsPlan {
                                                                             mode_of(ex.w2, ex.act_quant) == 3))) ||
                       kind == Sm90Kind::kInt8);
       select_sm90_stream(c2, rows_per_expert, ex.num_experts, touched, (ex.w13.np + 255) / 256, op.bytes, sms,
-                         stream_ok, stream_mode_env(), stream_nt_env());
+                         stream_ok, stream_mode_env(), stream_nt_env(), op.i8);
       wg = c2.wgmma;
       bm = c2.bm;
       stream = c2.stream;

@@ -151,7 +151,7 @@ bool sm90_wq_q8_supports(int block, bool channel);
 // weights as wgmma's A. Kind 2 with 64-row M-blocks also runs on launch_sm90_gemm.
 void launch_sm90_stream(bool f16, int kind, const Sm90Gemm& p, cudaStream_t s);
 void launch_sm90_gather(bool f16, const Sm90Gather& p, cudaStream_t s);
-// Whether p runs on the one-warp-per-position gather (16-byte aligned rows, quant 0..3).
+// Whether p runs on the one-warp-per-position gather (16-byte aligned rows, quant 0..4).
 bool sm90_gather_warp_ok(const Sm90Gather& p);
 // Plain weight copy for the Hopper path (tiled, above) from canonical src[e][N][K] (bits 16 or 8),
 // rows in the prepared column order (w13 interleaved by 8); dst holds sm90_plain_bytes().

@@ -57,10 +57,11 @@ struct Sm90Cfg {
   // two 128-k blocks (KH = 2 boxes per operand), so one wait covers 8 QGMMAs (ncu at one block per
   // stage: 33% SM throughput, latency-bound).
   // INT8 (I8) sums exactly in int32 accumulators over all of K, with no partials to promote, so it
-  // takes the 16-bit tile: 128 x 256, one 128-byte k box per stage, 4 stages. A 128 x 128 byte tile
-  // reads 64 bytes of shared stage per 2^20 MACs... i.e. twice the 16-bit tile's L2 traffic per
-  // MAC at twice its MMA rate: ncu (fp8, mixtral-8x7b M = 4096 GEMM1) read 7.1 TB/s from L2 at 56%
-  // tensor activity; n256 reads 3/4 of that per MAC.
+  // takes the 16-bit tile: 128 x 256, one 128-byte k box per stage, 4 stages. Per MAC a BM x BN
+  // tile reads (BM + BN) / (BM * BN) operand elements: 1/64 byte for a 128 x 128 byte tile, 3/256
+  // for 128 x 256. At the byte MMA rate (twice 16-bit's) the 128 x 128 tile needs 4/3 of the 16-bit
+  // tile's L2 bandwidth, which ncu measured as its limit (fp8, mixtral-8x7b M = 4096 GEMM1: 7.1 TB/s
+  // from L2 at 56% tensor activity); n256 needs 3/4 of it.
   static constexpr bool kWide = !FP8 || (I8 && QMOE_SM90_I8_BN == 256);
   static constexpr int BN = kWide ? 256 : 128;
   static constexpr int KH = kWide ? 1 : 2;           // 128-byte k boxes per stage

@@ -762,12 +762,13 @@ TEST(CudaSm90, OneTokenDecodeWithoutAlign) {
 
 // The Hopper gather's fp8 activation quantization (sm90_gather_warp_kernel: per token, per 1x128
 // group, static) and int8 per-token one (quant 4, INT8 W8A8) against the reference's
-// (cpu/ref/act_quant.cpp) bit for bit: every code and every scale. Rows of very different magnitudes (1e-30 .. 1e30, all zeros, values that land on
-// e4m3 rounding ties), a row length held by one warp (2048) and one held by four (7176, odd
-// 128-column groups); the division x / s is the reference's correctly rounded one (RowDiv).
-// kperm (W4A8 on QGMMA): the same codes at sm90_kperm_pos(k), zeros at the positions of the columns
-// past K in its last 16 (K = 7176: 8 of them), on the one-warp-per-row gather (K = 2048 / 7176) and the
-// per-element one (K = 1001: rows not 16-byte aligned).
+// (cpu/ref/act_quant.cpp) bit for bit: every code and every scale. Rows of very different
+// magnitudes (1e-30 .. 1e30, all zeros, values that land on e4m3 rounding ties), a row length held
+// by one warp (2048) and one held by four (7176, odd 128-column groups); the division x / s is the
+// reference's correctly rounded one (RowDiv). kperm (W4A8 on QGMMA): the same codes at
+// sm90_kperm_pos(k), zeros at the positions of the columns past K in its last 16 (K = 7176: 8 of
+// them), on the one-warp-per-row gather (K = 2048 / 7176) and the per-element one (K = 1001: rows
+// not 16-byte aligned).
 TEST(CudaSm90, GatherQuantizesBitForBitAsTheReference) {
   SKIP_WITHOUT_GPU();
   SKIP_WITHOUT_SM90();
@@ -850,11 +851,12 @@ TEST(CudaSm90, GatherQuantizesBitForBitAsTheReference) {
   }
 }
 
-// fp8 per-token / 1x128 and int8 per-token activations quantized once per token, then gathered as codes (Sm90Gather::codes):
-// the two passes against the reference's quantizer bit for bit, the copy pass on shuffled slots of
-// top-3 routing with padding positions (left untouched: their poison stays), K = 2048 / 7176 (odd
-// in 16-byte pieces) and the x rows' extremes as GatherQuantizesBitForBitAsTheReference's; per-token
-// codes also in the kperm order (both passes; the copy takes the whole last 16 columns).
+// fp8 per-token / 1x128 and int8 per-token activations quantized once per token, then gathered as
+// codes (Sm90Gather::codes): the two passes against the reference's quantizer bit for bit, the copy
+// pass on shuffled slots of top-3 routing with padding positions (left untouched: their poison
+// stays), K = 2048 / 7176 (odd in 16-byte pieces) and the x rows' extremes as
+// GatherQuantizesBitForBitAsTheReference's; per-token codes also in the kperm order (both passes;
+// the copy takes the whole last 16 columns).
 TEST(CudaSm90, QuantOnceGatherCopiesTheTokensCodes) {
   SKIP_WITHOUT_GPU();
   SKIP_WITHOUT_SM90();

@@ -188,8 +188,8 @@ TEST(SelectDecode, OneRowBlocksSplitOnlyForFill) {
 
 // The Hopper path's choice (select_sm90): from 17 rows per expert, from 16 for 16-bit / fp8 weights
 // with at most 16 experts, INT8 W8A8 from 2, int / W4A8 atoms from 8, fp4 units from 12; 64-row
-// M-blocks for 16-bit / fp8 / INT8 W8A8 up to 40 rows (64 with >= 64 experts); the quantized-weight kernel's token tile 32 / 64 / 128;
-// the overrides replace the rules.
+// M-blocks for 16-bit / fp8 / INT8 W8A8 up to 40 rows (64 with >= 64 experts); the quantized-weight
+// kernel's token tile 32 / 64 / 128; the overrides replace the rules.
 TEST(SelectSm90, RowsPerExpertThresholds) {
   // mixtral-8x7b M = 64 (16 rows, 8 experts) and llama4-scout M = 256 (16 rows, 16 experts)
   EXPECT_TRUE(select_sm90(16, 8, Sm90Kind::kPlain).wgmma);
@@ -233,9 +233,10 @@ TEST(SelectSm90, RowsPerExpertThresholds) {
 // GEMM1's 256-row weight boxes: llama4-scout 64, mixtral-8x7b 112, deepseek-v3 16, gpt-oss-120b 23,
 // qwen3-30b-a3b 6).
 TEST(SelectSm90, StreamKernelRule) {
-  auto on = [](int64_t rows, int E, int64_t touched, int boxes, bool fp8, int mode = -1, int nt = 0) {
+  auto on = [](int64_t rows, int E, int64_t touched, int boxes, bool fp8, int mode = -1, int nt = 0,
+                bool int8 = false) {
     Sm90Choice c;
-    select_sm90_stream(c, rows, E, touched, boxes, fp8, 132, true, mode, nt);
+    select_sm90_stream(c, rows, E, touched, boxes, fp8, 132, true, mode, nt, int8);
     EXPECT_TRUE(!c.stream || (c.wgmma && (c.bm == 16 || c.bm == 64)));
     return c.stream;
   };
@@ -252,6 +253,13 @@ TEST(SelectSm90, StreamKernelRule) {
   EXPECT_TRUE(on(8, 128, 128, 23, true));   // gpt-oss-120b M = 256 fp8
   EXPECT_FALSE(on(4, 128, 128, 6, true));   // qwen3-30b-a3b M = 64
   EXPECT_FALSE(on(16, 128, 128, 6, true));  // qwen3-30b-a3b M = 256
+  // INT8 W8A8: wherever the rows and items allow, many experts included
+  EXPECT_TRUE(on(1, 256, 128, 16, true, -1, 0, true));    // deepseek-v3 M = 16
+  EXPECT_TRUE(on(1, 128, 64, 23, true, -1, 0, true));     // gpt-oss-120b M = 16
+  EXPECT_TRUE(on(1, 128, 128, 6, true, -1, 0, true));     // qwen3-30b-a3b M = 16
+  EXPECT_FALSE(on(1, 128, 8, 6, true, -1, 0, true));      // qwen3-30b-a3b M = 1: 48 items
+  EXPECT_FALSE(on(1, 256, 8, 16, true, -1, 0, true));     // deepseek-v3 M = 1
+  EXPECT_FALSE(on(16, 128, 128, 6, true, -1, 0, true));   // qwen3-30b-a3b M = 256: the tile
   // overrides, and the M-block
   EXPECT_TRUE(on(100, 128, 128, 6, false, 1));
   EXPECT_FALSE(on(4, 16, 16, 64, false, 0));

@@ -343,13 +343,16 @@ __device__ __forceinline__ float halfwarp_max(float v) {
 // holds no more than kWarpU chunks and an SM keeps up to 64 rows in flight (one block of 128
 // threads per row held 16: ncu, qwen3-30b-a3b fp8 M = 4096, the gathers were 17% of the layer).
 constexpr int kWarpU = 4;
-template <class Op>
-__device__ __forceinline__ void chunk_vals(const uint4& raw, bool w_on, float w, float (&v)[8]) {
+// W: the router weight w multiplies each value (rounded to the operand dtype), a template flag so
+// that rows without it issue nothing for it (a runtime flag left three predicated-off instructions
+// per element in the gathers' SASS).
+template <class Op, bool W>
+__device__ __forceinline__ void chunk_vals(const uint4& raw, float w, float (&v)[8]) {
   const typename Op::T* x = reinterpret_cast<const typename Op::T*>(&raw);
 #pragma unroll
   for (int j = 0; j < 8; ++j) {
     float f = Op::to_f(x[j]);
-    if (w_on) f = Op::to_f(Op::from_f(f * w));
+    if constexpr (W) f = Op::to_f(Op::from_f(f * w));
     v[j] = f;
   }
 }
@@ -357,8 +360,8 @@ __device__ __forceinline__ void chunk_vals(const uint4& raw, bool w_on, float w,
 // row is held by WPR warps (WPR = 1: a warp per row; long rows: 4, so that a pass is one round of
 // loads); every thread calls f the same number of times (c >= nch: zeros), so f may shuffle
 // across the warp (1x128 groups: 16 chunks on 16 consecutive lanes).
-template <class Op, int WPR, class F>
-__device__ __forceinline__ void warp_row_chunks(const typename Op::T* src, int nch, bool w_on, float w, F&& f) {
+template <class Op, int WPR, bool W, class F>
+__device__ __forceinline__ void warp_row_chunks(const typename Op::T* src, int nch, float w, F&& f) {
   constexpr int kT = 32 * WPR;
   const uint4* s4 = reinterpret_cast<const uint4*>(src);
   const int tr = threadIdx.x & (kT - 1);
@@ -373,7 +376,7 @@ __device__ __forceinline__ void warp_row_chunks(const typename Op::T* src, int n
 #pragma unroll
     for (int u = 0; u < kWarpU; ++u) {
       float v[8];
-      chunk_vals<Op>(raw[u], w_on, w, v);
+      chunk_vals<Op, W>(raw[u], w, v);
       f(c0 + kT * u, v);
     }
   }
@@ -404,13 +407,13 @@ __device__ __forceinline__ float row_max(float v, float* red) {
 // PERM (CODES, quant 1 / 3): the codes of each 16 columns (chunks 2m, 2m + 1 on lanes 2m, 2m + 1)
 // are stored in the Sm90Gather::kperm order (perm16_pair), and a row's codes run to an even chunk
 // count (zeros past the row).
-template <class Op, int WPR, bool CODES, bool PERM = false, class Store, class Scale>
-__device__ __forceinline__ void warp_row_quant(const typename Op::T* src, int nch, bool w_on, float w, int quant,
-                                               float s, float* red, Store&& store, Scale&& scale) {
+template <class Op, int WPR, bool CODES, bool PERM, bool W, class Store, class Scale>
+__device__ __forceinline__ void warp_row_quant_w(const typename Op::T* src, int nch, float w, int quant, float s,
+                                                 float* red, Store&& store, Scale&& scale) {
   const int tr = threadIdx.x & (32 * WPR - 1);
   if (quant == 0) {
     if constexpr (!CODES)
-      warp_row_chunks<Op, WPR>(src, nch, w_on, w, [&](int c, const float (&v)[8]) {
+      warp_row_chunks<Op, WPR, W>(src, nch, w, [&](int c, const float (&v)[8]) {
         if (c < nch) store(c, v);
       });
     return;
@@ -433,53 +436,63 @@ __device__ __forceinline__ void warp_row_quant(const typename Op::T* src, int nc
   if (quant == 1 || quant == 3 || quant == 4) {
     if (quant != 3) {  // first pass: the row's absmax
       float mx = 0.f;
-      warp_row_chunks<Op, WPR>(src, nch, w_on, w, [&](int, const float (&v)[8]) {
+      warp_row_chunks<Op, WPR, W>(src, nch, w, [&](int, const float (&v)[8]) {
 #pragma unroll
         for (int j = 0; j < 8; ++j) mx = fmaxf(mx, fabsf(v[j]));
       });
       s = fmaxf(row_max<WPR>(mx, red), 1e-10f) / (quant == 4 ? 127.f : 448.f);
     }
     const RowDiv div(s);
-    const bool fast = RowDiv::safe(s);
-    if (quant == 4) {
-      warp_row_chunks<Op, WPR>(src, nch, w_on, w, [&](int c, const float (&v)[8]) {
+    // the second pass, chosen once per row: RowDiv where it is exact (`safe`), else the division
+    // (a per-element choice cost a branch and its convergence barrier per element: ncu, gpt-oss-120b
+    // INT8 M = 4096, the h gather issued 42 instructions per element at 69% issue-slot use)
+    auto second = [&](auto fast_tag) {
+      constexpr bool kFast = decltype(fast_tag)::value;
+      if (quant == 4) {
+        warp_row_chunks<Op, WPR, W>(src, nch, w, [&](int c, const float (&v)[8]) {
+          if (c >= nch) return;
+          uint32_t b[8];
+#pragma unroll
+          for (int j = 0; j < 8; ++j) {
+            // |x / s| <= 127 (1 + 2^-22) (s is the row's absmax / 127): RowDiv's large-quotient and
+            // signed-zero cases do not arise (row_div.h RowDiv::small, int8_code_bits)
+            b[j] = int8_code_bits(kFast ? div.small(v[j]) : v[j] / s);
+          }
+          if constexpr (CODES) {
+            store(c, make_uint2(__byte_perm(__byte_perm(b[0], b[1], 0x0040), __byte_perm(b[2], b[3], 0x0040), 0x5410),
+                                __byte_perm(__byte_perm(b[4], b[5], 0x0040), __byte_perm(b[6], b[7], 0x0040), 0x5410)));
+          } else {
+            float q[8];
+#pragma unroll
+            for (int j = 0; j < 8; ++j) q[j] = static_cast<float>(static_cast<int8_t>(b[j] & 0xFFu));
+            store(c, q);
+          }
+        });
+        return;
+      }
+      warp_row_chunks<Op, WPR, W>(src, nch, w, [&](int c, const float (&v)[8]) {
+        if constexpr (PERM) {  // every lane: the pair exchange shuffles
+          float q[8];
+#pragma unroll
+          for (int j = 0; j < 8; ++j) q[j] = c < nch ? (kFast ? div(v[j]) : v[j] / s) : 0.f;
+          const uint2 codes = perm16_pair(e4m3_codes8(q), c & 1);
+          if (c < (nch + 1) / 2 * 2) store(c, codes);
+          return;
+        }
         if (c >= nch) return;
         float q[8];
 #pragma unroll
-        for (int j = 0; j < 8; ++j) q[j] = fminf(fmaxf(rintf(fast ? div(v[j]) : v[j] / s), -128.f), 127.f);
-        if constexpr (CODES) {
-          uint32_t cw[2] = {0u, 0u};
-#pragma unroll
-          for (int j = 0; j < 8; ++j)
-            cw[j >> 2] |= static_cast<uint32_t>(static_cast<uint8_t>(static_cast<int8_t>(q[j]))) << (8 * (j & 3));
-          store(c, make_uint2(cw[0], cw[1]));
-        } else {
-          store(c, q);
-        }
+        for (int j = 0; j < 8; ++j) q[j] = kFast ? div(v[j]) : v[j] / s;
+        emit(c, q);
       });
-      if (tr == 0) scale(0, s);
-      return;
-    }
-    warp_row_chunks<Op, WPR>(src, nch, w_on, w, [&](int c, const float (&v)[8]) {
-      if constexpr (PERM) {  // every lane: the pair exchange shuffles
-        float q[8];
-#pragma unroll
-        for (int j = 0; j < 8; ++j) q[j] = c < nch ? (fast ? div(v[j]) : v[j] / s) : 0.f;
-        const uint2 codes = perm16_pair(e4m3_codes8(q), c & 1);
-        if (c < (nch + 1) / 2 * 2) store(c, codes);
-        return;
-      }
-      if (c >= nch) return;
-      float q[8];
-#pragma unroll
-      for (int j = 0; j < 8; ++j) q[j] = fast ? div(v[j]) : v[j] / s;
-      emit(c, q);
-    });
+    };
+    if (RowDiv::safe(s)) second(std::true_type{});
+    else second(std::false_type{});
     if (tr == 0) scale(0, s);
     return;
   }
   // quant 2: a 128-column group is 16 chunks, held by 16 consecutive lanes of one warp
-  warp_row_chunks<Op, WPR>(src, nch, w_on, w, [&](int c, const float (&v)[8]) {
+  warp_row_chunks<Op, WPR, W>(src, nch, w, [&](int c, const float (&v)[8]) {
     float mx = 0.f;
 #pragma unroll
     for (int j = 0; j < 8; ++j) mx = fmaxf(mx, fabsf(v[j]));
@@ -493,6 +506,13 @@ __device__ __forceinline__ void warp_row_quant(const typename Op::T* src, int nc
     emit(c, q);
     if (c % 16 == 0) scale(c / 16, sg);
   });
+}
+// w_on: the router weight w multiplies the row (Llama 4's weight on the input), else w is unused.
+template <class Op, int WPR, bool CODES, bool PERM = false, class Store, class Scale>
+__device__ __forceinline__ void warp_row_quant(const typename Op::T* src, int nch, bool w_on, float w, int quant,
+                                               float s, float* red, Store&& store, Scale&& scale) {
+  if (w_on) warp_row_quant_w<Op, WPR, CODES, PERM, true>(src, nch, w, quant, s, red, store, scale);
+  else warp_row_quant_w<Op, WPR, CODES, PERM, false>(src, nch, w, quant, s, red, store, scale);
 }
 // Warps per row for a row of nch 16-byte chunks: 4 past 256 chunks (2048 16-bit values).
 __host__ __device__ constexpr int row_warps(int nch) { return nch > 256 ? 4 : 1; }

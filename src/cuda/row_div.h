@@ -3,6 +3,8 @@
 // (tests/cuda/test_row_div.cpp) checks it against the IEEE division on many millions of pairs.
 #pragma once
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 
 #include "core/codecs.h"  // QMOE_HD
 
@@ -27,5 +29,22 @@ struct RowDiv {
     const float q = std::fma(std::fma(-q0, s, x), y, q0);  // x = -0: +0 here, hence the sign of q0
     return std::fabs(q0) > 8192.f ? q0 : std::copysign(q, q0);
   }
+  // The same quotient where |x / s| <= 2^13 is known and the sign of a zero quotient does not
+  // matter (int8 codes: rint(+-0) = 0).
+  QMOE_HD float small(float x) const {
+    const float q0 = x * y;
+    return std::fma(std::fma(-q0, s, x), y, q0);
+  }
 };
+
+// The int8 code of a quotient q as the reference's clamp(rint(q), -128, 127) (ties to even; NaN
+// gives -128), in the low byte of the result: clamping first gives the same integer, and the
+// clamped q plus 1.5 * 2^23 lies in [2^23, 2^24), where the addition rounds it to an integer (ties
+// to even) held in the significand's low bits as the two's complement of the code.
+QMOE_HD uint32_t int8_code_bits(float q) {
+  const float r = std::fmin(std::fmax(q, -128.f), 127.f) + 12582912.f;
+  uint32_t u;
+  std::memcpy(&u, &r, 4);
+  return u;
+}
 }  // namespace qmoe::cuda

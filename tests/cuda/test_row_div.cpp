@@ -13,6 +13,7 @@
 #include <random>
 
 #include "core/codecs.h"
+#include "cpu/ref/act_quant.h"
 #include "cuda/row_div.h"
 
 namespace qmoe::cuda {
@@ -99,6 +100,59 @@ TEST(RowDiv, MatchesAtHardScalesAndAtE4m3Midpoints) {
   // zeros keep their sign
   EXPECT_EQ(bits(RowDiv(0.5f)(-0.f)), bits(-0.f));
   EXPECT_EQ(bits(RowDiv(0.5f)(0.f)), bits(0.f));
+}
+
+// INT8 W8A8's per-token codes (the gathers' quant 4): RowDiv::small and int8_code_bits against the
+// reference's quantize_int8_token (cpu/ref/act_quant.cpp: clamp(nearbyint(x / s), -128, 127)) for s = max(amax, 1e-10) /
+// 127, amax over 1e-30 .. 1e30, bf16 x in [-amax, amax], x on and next to every half-integer
+// quotient (ties to even), and inputs down to the smallest floats; RowDiv::small gives the bits of
+// x / s wherever RowDiv does (zeros: either sign).
+TEST(RowDiv, Int8CodesMatchTheReference) {
+  // the reference's code of x in the token row {amax, x} (|x| <= max(amax, 1e-10)), scale s
+  auto check = [&](float x, float amax) -> ::testing::AssertionResult {
+    const float row[2] = {amax, x};
+    int8_t rq[2];
+    const float s = ref::quantize_int8_token(row, 2, rq);
+    if (s != std::fmax(amax, 1e-10f) / 127.f) return ::testing::AssertionFailure() << "x = " << x << " exceeds " << amax;
+    const float q = RowDiv(s).small(x), want = x / s;
+    const int8_t got = static_cast<int8_t>(int8_code_bits(q) & 0xFFu), ref = rq[1];
+    const bool exact = std::fabs(x) >= 0x1p-100f;
+    if (got == ref && (!exact || bits(q) == bits(want) || (q == 0.f && want == 0.f)))
+      return ::testing::AssertionSuccess();
+    return ::testing::AssertionFailure() << "x = " << x << ", s = " << s << ": code " << int(got) << " vs "
+                                         << int(ref) << ", quotient " << q << " vs " << want;
+  };
+  std::mt19937_64 rng(127);
+  std::uniform_real_distribution<double> lg(-30, 30), u(-1, 1);
+  int64_t n = 0;
+  for (int row = 0; row < 20000; ++row) {
+    const float amax = codec::round_bf16(static_cast<float>(std::pow(10.0, lg(rng))));
+    const float s = std::fmax(amax, 1e-10f) / 127.f;
+    ASSERT_TRUE(RowDiv::safe(s));
+    ASSERT_TRUE(check(amax, amax));
+    ASSERT_TRUE(check(-amax, amax));
+    for (int k = 0; k < 200; ++k, ++n) ASSERT_TRUE(check(codec::round_bf16(static_cast<float>(amax * u(rng))), amax));
+    for (int h = -127; h <= 126; ++h) {  // quotients h + 1/2 and their float neighbours
+      const float x = (h + 0.5f) * s;
+      if (!std::isfinite(x) || x == 0.f) continue;
+      for (uint32_t d : {0u, 1u}) {
+        ASSERT_TRUE(check(from_bits(bits(x) + d), amax));
+        ASSERT_TRUE(check(from_bits(bits(x) - d), amax));
+        n += 2;
+      }
+    }
+    const float t = std::ldexp(static_cast<float>(rng() % (1u << 24)) / (1u << 24), -static_cast<int>(rng() % 50) - 100);
+    ASSERT_TRUE(check(t, amax));
+    ASSERT_TRUE(check(-t, amax));
+  }
+  EXPECT_GT(n, 4000000);
+  // the edges: -128 .. 127 and ties to even as nearbyint + clamp; NaN gives -128 (the clamp; the
+  // reference casts a NaN quotient, which has no defined code)
+  for (float q : {-129.f, -128.5f, -127.5f, -0.5f, -0.f, 0.f, 0.5f, 1.5f, 2.5f, 126.5f, 127.f, 127.5f, 1e30f})
+    EXPECT_EQ(static_cast<int8_t>(int8_code_bits(q) & 0xFFu),
+              static_cast<int8_t>(std::fmin(std::fmax(std::nearbyint(q), -128.f), 127.f)))
+        << q;
+  EXPECT_EQ(static_cast<int8_t>(int8_code_bits(NAN) & 0xFFu), -128);
 }
 
 }  // namespace

@@ -286,6 +286,25 @@ __global__ void __launch_bounds__(384, 1)
         for (int h = 0; h < 2; ++h) f(j * 4 + h * 2 + e2, cs, r[h]);
       }
   };
+  // the wide tiles (16-bit, INT8 on 128 x 256): one 128-byte k box per stage, mma(da, db) per k
+  // step; stage kb's wgmmas stay in flight while stage kb + 1 is awaited (kb - 1's are done)
+  auto wide_kloop = [&](auto&& mma) {
+    for (int kb = 0; kb < nk; ++kb) {
+      const int s = kb % STAGES;
+      mbar_wait(&full[s], (kb / STAGES) & 1);
+      if (kb == 0) QMOE_TRACE(1);
+      const uint8_t* a_st = sA + s * C::A_ST + rw * 128;
+      const uint8_t* b_st = sB + s * C::B_ST + cn * 128;
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < 4; ++kk) mma(smem_desc(a_st + kk * 32), smem_desc(b_st + kk * 32));
+      wgmma_commit();
+      wgmma_wait1();
+      if (kb > 0 && lane == 0) mbar_arrive(&empty[(kb - 1) % STAGES]);
+    }
+    wgmma_wait0();
+    QMOE_TRACE(2);
+  };
   // byte operands (fp8 / int8): per stage wait for the data, issue its MMAs, wait for them,
   // release the stage, then after(kb) (fp8: promote the k-block partials)
   auto byte_kloop = [&](auto&& issue, auto&& after) {
@@ -309,26 +328,10 @@ __global__ void __launch_bounds__(384, 1)
 #pragma unroll
     for (int i = 0; i < NACC; ++i) iacc[i] = 0;
     if constexpr (C::kWide) {
-      // the 16-bit loop's order: stage kb's IGMMAs stay in flight while stage kb + 1 is awaited
-      for (int kb = 0; kb < nk; ++kb) {
-        const int s = kb % STAGES;
-        mbar_wait(&full[s], (kb / STAGES) & 1);
-        if (kb == 0) QMOE_TRACE(1);
-        const uint8_t* a_st = sA + s * C::A_ST + rw * 128;
-        const uint8_t* b_st = sB + s * C::B_ST + cn * 128;
-        wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < 4; ++kk) {
-          const uint64_t da = smem_desc(a_st + kk * 32), db = smem_desc(b_st + kk * 32);
-          if constexpr (WN == 256) wgmma_n256_s8(iacc, da, db, 1);
-          else wgmma_n128_s8(iacc, da, db, 1);  // 64-row M-blocks: each warpgroup half of the columns
-        }
-        wgmma_commit();
-        wgmma_wait1();
-        if (kb > 0 && lane == 0) mbar_arrive(&empty[(kb - 1) % STAGES]);
-      }
-      wgmma_wait0();
-      QMOE_TRACE(2);
+      wide_kloop([&](uint64_t da, uint64_t db) {
+        if constexpr (WN == 256) wgmma_n256_s8(iacc, da, db, 1);
+        else wgmma_n128_s8(iacc, da, db, 1);  // 64-row M-blocks: each warpgroup half of the columns
+      });
     } else {
       byte_kloop([&](const uint8_t* a_st, const uint8_t* b_st) {
 #pragma unroll
@@ -377,31 +380,15 @@ __global__ void __launch_bounds__(384, 1)
     });
     if (!chunked) each_scale([&](int i, float cs, float r) { acc[i] *= r * cs; });  // one scale pair for all of K
   } else {
-    for (int kb = 0; kb < nk; ++kb) {
-      const int s = kb % STAGES;
-      mbar_wait(&full[s], (kb / STAGES) & 1);
-      if (kb == 0) QMOE_TRACE(1);
-      const uint8_t* a_st = sA + s * C::A_ST + rw * 128;
-      const uint8_t* b_st = sB + s * C::B_ST + cn * 128;
-      wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) {
-        const uint64_t da = smem_desc(a_st + kk * 32), db = smem_desc(b_st + kk * 32);
-        if constexpr (WN == 256) {
-          if constexpr (std::is_same_v<Op, BF16>) wgmma_n256_bf16(acc, da, db, 1);
-          else wgmma_n256_f16(acc, da, db, 1);
-        } else {
-          if constexpr (std::is_same_v<Op, BF16>) wgmma_n128_bf16(acc, da, db, 1);
-          else wgmma_n128_f16(acc, da, db, 1);
-        }
+    wide_kloop([&](uint64_t da, uint64_t db) {
+      if constexpr (WN == 256) {
+        if constexpr (std::is_same_v<Op, BF16>) wgmma_n256_bf16(acc, da, db, 1);
+        else wgmma_n256_f16(acc, da, db, 1);
+      } else {
+        if constexpr (std::is_same_v<Op, BF16>) wgmma_n128_bf16(acc, da, db, 1);
+        else wgmma_n128_f16(acc, da, db, 1);
       }
-      wgmma_commit();
-      // k-block kb's HGMMAs stay in flight while the next stage is awaited; kb - 1's are done
-      wgmma_wait1();
-      if (kb > 0 && lane == 0) mbar_arrive(&empty[(kb - 1) % STAGES]);
-    }
-    wgmma_wait0();
-    QMOE_TRACE(2);
+    });
   }
 
   // ---- epilogue: thread holds rows row_base + {0, 8}, columns 8 j + 2 (lane & 3) + {0, 1}

@@ -130,8 +130,10 @@ inline __m512i dec8_int(const uint8_t* s, __m512i zlo, __m512i zhi) {
   // cvtne2ps(hi, lo) puts lo in words 0..15: rows 0..7 then rows 8..15, the pair layout
   return (__m512i)_mm512_cvtne2ps_pbh(_mm512_cvtepi32_ps(d1), _mm512_cvtepi32_ps(d0));
 }
-// Two kpairs of e4m3 codes (64 bytes) as exact bf16 values.
-inline void dec_fp8(const uint8_t* s, __m512i sub, __m512i out[2]) {
+// Two kpairs of e4m3 codes (64 bytes) as exact bf16 values. nan (PackedProj::fp8_nan: the weights
+// hold e4m3 NaN codes, magnitude 0x7f): those become bf16 NaNs, so that they reach the outputs as
+// the reference's NaN x anything does (the rebased exponent alone would make them 480).
+inline void dec_fp8(const uint8_t* s, __m512i sub, __m512i out[2], bool nan) {
   for (int h = 0; h < 2; ++h) {
     const __m512i b = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(s + 32 * h)));
     const __m512i mag = _mm512_and_si512(b, _mm512_set1_epi16(0x7f));
@@ -139,6 +141,8 @@ inline void dec_fp8(const uint8_t* s, __m512i sub, __m512i out[2]) {
     __m512i v = _mm512_add_epi16(_mm512_slli_epi16(mag, 4), _mm512_set1_epi16(120 << 7));
     const __mmask32 is_sub = _mm512_cmplt_epu16_mask(mag, _mm512_set1_epi16(8));
     v = _mm512_mask_permutexvar_epi16(v, is_sub, mag, sub);  // subnormals and zero from the table
+    if (nan)
+      v = _mm512_mask_mov_epi16(v, _mm512_cmpeq_epi16_mask(mag, _mm512_set1_epi16(0x7f)), _mm512_set1_epi16(0x7fc0));
     out[h] = _mm512_or_si512(v, _mm512_slli_epi16(_mm512_and_si512(b, _mm512_set1_epi16(0x80)), 8));
   }
 }
@@ -187,7 +191,7 @@ void decode_bf16_tile(const PackedProj& w, const uint8_t* pc, const uint8_t* zp,
         const uint8_t* s = pc + size_t(kp0 + i) * 32;
         _mm_prefetch(reinterpret_cast<const char*>(s + kPrefetch), _MM_HINT_T0);
         __m512i v[2];
-        dec_fp8(s, sub, v);
+        dec_fp8(s, sub, v, w.fp8_nan);
         _mm512_store_si512(out + size_t(i) * 32, v[0]);
         _mm512_store_si512(out + size_t(i + 1) * 32, v[1]);
       }
@@ -620,8 +624,8 @@ void fused_panels(const GemmJob& j, int h0, const FusedScales& sc) {
           // symmetric int8 is always stored signed (s8), asymmetric never
           for (int i = 0; i < 4; ++i) v[h][i] = dec8_int<!kAsym>(src + 32 * i, zlo[h], zhi[h]);
         } else if constexpr (C == CodeKind::kFp8) {
-          dec_fp8(src, tbl, v[h]);
-          dec_fp8(src + 64, tbl, v[h] + 2);
+          dec_fp8(src, tbl, v[h], w.fp8_nan);
+          dec_fp8(src + 64, tbl, v[h] + 2, w.fp8_nan);
         } else {
           dec4x<kAsym>(src, tbl, off[h], v[h]);
         }

@@ -499,10 +499,14 @@ __device__ __forceinline__ void warp_row_quant_w(const typename Op::T* src, int 
     const float sg = fmaxf(halfwarp_max(mx), 1e-10f) / 448.f;  // every lane: the shuffles
     if (c >= nch) return;
     const RowDiv div(sg);
-    const bool fast = RowDiv::safe(sg);
     float q[8];
+    if (RowDiv::safe(sg)) {  // one choice per chunk (per element it cost a branch each, as above)
 #pragma unroll
-    for (int j = 0; j < 8; ++j) q[j] = fast ? div(v[j]) : v[j] / sg;
+      for (int j = 0; j < 8; ++j) q[j] = div(v[j]);
+    } else {
+#pragma unroll
+      for (int j = 0; j < 8; ++j) q[j] = v[j] / sg;
+    }
     emit(c, q);
     if (c % 16 == 0) scale(c / 16, sg);
   });

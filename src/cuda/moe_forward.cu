@@ -139,6 +139,10 @@ bool proj_folds(const DevExperts& ex, const DevProj& pr) {
 // exact 16-bit values on HGMMA (measurements, tests; read per plan).
 bool w4a8_qgmma_on() { return env_on("QMOE_CUDA_W4A8_QGMMA"); }
 
+// fp8 block weight scales loaded once per 64-row tile half and k-block on the Hopper tile kernel
+// (Sm90Gemm::block_slots); off by default until its device tests have run (read per forward).
+bool fp8_block_slots_on() { return env_on("QMOE_CUDA_FP8_BLOCK_SLOTS", false); }
+
 // One consumer warpgroup for an expert's last 128-row M-block when it holds <= 64 live rows
 // (Sm90Gemm::half_tail); QMOE_CUDA_HALF_TAIL=0 turns it off for measurements.
 bool half_tail_on() {
@@ -555,6 +559,7 @@ void run_experts_sm90(const DevExperts& ex, const ExpertsPlan& pl, const void* x
     q.chunk = chunk_of(pr, ex.act_quant);
     q.fold = pl.fold && proj_folds(ex, pr) ? 1 : 0;
     q.q8 = pl.q8 ? 1 : 0;
+    q.block_slots = fp8_block_slots_on() ? 1 : 0;
   };
   // int4 / int8 weights: the quantized-weight wgmma kernel on the prepared atoms
   auto launch = [&](const Sm90Gemm& q) {

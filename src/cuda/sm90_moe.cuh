@@ -58,6 +58,10 @@ struct Sm90Gemm {
   // holds e4m3 codes in the Sm90Gather::kperm order, a_pitch bytes per row); 0: exact 16-bit values
   // on HGMMA (sm90_moe_gemm.cu "Q8", numerics.md "Products")
   int q8 = 0;
+  // 1: fp8 block weight scales by 64-row tile half (sm90_moe_gemm.cu "Block weight scales"), where
+  // the blocks allow; 0: per column. Opt-in (QMOE_CUDA_FP8_BLOCK_SLOTS=1) until the device tests
+  // have run it: measured 3.1-6.2x on fp8-block layers at M >= 1024 (docs/perf.md, twentieth session).
+  int block_slots = 0;
   // epilogue
   int stage = 1;                    // 1: h[pos][ldo] = act(...) (operand dtype); 2: o[slot][ldo] f32 * topk_w
   int act = 0;

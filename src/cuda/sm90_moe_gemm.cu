@@ -307,9 +307,10 @@ __global__ void __launch_bounds__(384, 1)
   };
   // byte operands (fp8 / int8): per stage wait for the data, issue its MMAs, wait for them,
   // release the stage, then after(kb) (fp8: promote the k-block partials)
-  auto byte_kloop = [&](auto&& issue, auto&& after) {
+  auto byte_kloop = [&](auto&& issue, auto&& after, auto&& before) {
     for (int kb = 0; kb < nk; ++kb) {
       const int s = kb % STAGES;
+      before(kb);  // loads whose latency the wait and the MMAs hide
       mbar_wait(&full[s], (kb / STAGES) & 1);
       if (kb == 0) QMOE_TRACE(1);
       wgmma_fence();
@@ -339,14 +340,54 @@ __global__ void __launch_bounds__(384, 1)
 #pragma unroll
           for (int kk = 0; kk < 4; ++kk)
             wgmma_n128_s8(iacc, smem_desc(a_st + h * BM * 128 + kk * 32), smem_desc(b_st + h * BN * 128 + kk * 32), 1);
-      }, [](int) {});
+      }, [](int) {}, [](int) {});
     }
     each_scale([&](int i, float cs, float r) { acc[i] = (static_cast<float>(iacc[i]) * cs) * r; });
   } else if constexpr (FP8) {
     float tmp0[NACC], tmp1[NACC];
-    auto promote = [&](const float (&t)[NACC], int k0) {
+    // Block weight scales (fp8 128 x 128 blocks and alike: n_div rows share a scale), where each
+    // consumer's columns of one tile and k-block take at most two, one per 64-row gate / up half
+    // (interleaved w13) or one (w2): those and the row scales of a stage's two k-blocks are loaded
+    // before the stage is awaited. Per column, with the original-row arithmetic, after the QGMMAs
+    // had finished, they made fp8-block layers 3-9x slower than fp8 per-channel ones (H200,
+    // twentieth session, r4: deepseek-v3 M = 4096 47 ms against 5.4 ms; 7.9 ms by halves, r5).
+    // Sm90Gemm::block_slots turns it on (opt-in until CudaSm90.Fp8BlockScalesByTileHalf has run).
+    const int slot_rows = p.interleaved ? WN / 2 : WN;
+    const bool slots = p.block_slots && chunked && p.kchunk > 0 && p.n_div % slot_rows == 0 &&
+                       (!p.interleaved || p.half % slot_rows == 0);
+    const int r_slot0 = p.interleaved ? (nb * BN + cn) / 2 : nb * BN + cn;  // first gate (or w2) row
+    float pre_rs[2][2], pre_ws[2][2];
+    auto slot_scale = [&](int r, int gw) -> float {
+      return r < p.n ? __ldg(p.col_scale + (static_cast<size_t>(e) * p.kg + gw) * p.nsc + r / p.n_div) : 0.f;
+    };
+    auto prefetch = [&](int kb) {
+      if (!slots) return;
+#pragma unroll
+      for (int b = 0; b < 2; ++b) {
+        const int k0 = kb * BK + b * 128;
+        const int gw = min(k0 / p.kchunk, p.kg - 1);
+        const int ga = p.rs_groups > 1 ? min(k0 / 128, p.rs_groups - 1) : 0;
+#pragma unroll
+        for (int h = 0; h < 2; ++h)
+          pre_rs[b][h] = __ldg(p.row_scale + static_cast<size_t>(row_base + h * 8) * p.rs_groups + ga);
+        pre_ws[b][0] = slot_scale(r_slot0, gw);
+        pre_ws[b][1] = p.interleaved ? slot_scale(r_slot0 + p.half, gw) : pre_ws[b][0];
+      }
+    };
+    auto promote = [&](const float (&t)[NACC], int k0, int b) {
       if (k0 >= p.k) return;  // a 128-k block wholly in the K padding: zero products
-      if (chunked) {
+      if (slots) {
+        // column 8 j + ... of the consumer's tile is a gate row for even j, an up row for odd j
+        // (interleaved_row: nb * BN + cn is a multiple of 16)
+#pragma unroll
+        for (int j = 0; j < NACC / 4; ++j) {
+          const float cs = pre_ws[b][j & 1];
+#pragma unroll
+          for (int e2 = 0; e2 < 2; ++e2)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) acc[j * 4 + h * 2 + e2] += t[j * 4 + h * 2 + e2] * (pre_rs[b][h] * cs);
+        }
+      } else if (chunked) {
         const int gw = p.kchunk > 0 ? min(k0 / p.kchunk, p.kg - 1) : 0;
         const int ga = p.rs_groups > 1 ? min(k0 / 128, p.rs_groups - 1) : 0;
         load_rs(ga);
@@ -375,9 +416,9 @@ __global__ void __launch_bounds__(384, 1)
       for (int kk = 0; kk < 4; ++kk)
         qmma(tmp1, smem_desc(a_st + BM * 128 + kk * 32), smem_desc(b_st + BN * 128 + kk * 32), kk);
     }, [&](int kb) {
-      promote(tmp0, kb * BK);
-      promote(tmp1, kb * BK + 128);
-    });
+      promote(tmp0, kb * BK, 0);
+      promote(tmp1, kb * BK + 128, 1);
+    }, prefetch);
     if (!chunked) each_scale([&](int i, float cs, float r) { acc[i] *= r * cs; });  // one scale pair for all of K
   } else {
     wide_kloop([&](uint64_t da, uint64_t db) {

@@ -27,6 +27,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <numeric>
@@ -424,6 +425,47 @@ TEST(CudaSm90, PrefillPathIsTakenAndMatchesReference) {
                        str(c.name, " EP M=", m, " (", kern, ")"), rounded);
     }
   }
+}
+
+// fp8 block weights x 1x128 activation groups on the Hopper tile kernel, whose block scales are
+// loaded once per 64-row gate / up half of a tile and k-block where a block spans such halves
+// (n_div % 64 == 0 and I % 64 == 0 for w13; n_div a multiple of the consumer's columns for w2), per
+// column otherwise: blocks of 128 / 64 rows (both projections by halves; I = 384 puts the up rows
+// of a tile at an odd 64 within a 128-row block) and 32 rows (per column), H = 392 (a partial last
+// k-block and N tile in w2), 64- and 128-row M-blocks, an expert with no tokens, fp16 activations;
+// with the halves on (QMOE_CUDA_FP8_BLOCK_SLOTS=1, opt-in) and off.
+TEST(CudaSm90, Fp8BlockScalesByTileHalf) {
+  SKIP_WITHOUT_GPU();
+  SKIP_WITHOUT_SM90();
+  test::ScopedEnv slots_env;
+  const int E = 5, H = 392;
+  int n = 0;
+  // (I, block rows): the reference's quantizer wants blocks that divide I
+  const std::array<std::pair<int, int>, 5> shapes = {{{256, 128}, {384, 128}, {192, 64}, {320, 64}, {192, 32}}};
+  for (auto [I, bn] : shapes)
+    for (DType act : {DType::kBF16, DType::kF16}) {
+      if (act == DType::kF16 && I != 256) continue;
+      ref::SchemeSpec sp;
+      sp.kind = SchemeKind::kFP8W8A8; sp.fp8_strategy = Strategy::kBlock; sp.act = ActQuant::kFP8Group128;
+      sp.block = {bn, 128};
+      sp.act_dtype = act;
+      ExpertWeights w = make_weights(sp, E, H, I, 760 + n++);
+      cuda::DevExperts ex = cuda::prepare(w, Activation::kSiluMul);
+      std::optional<ExpertWeights> rounded;
+      for (const char* on : {"1", "0"})
+        for (int mode : {0, 2})
+          for (int64_t m : {60, 333, 1200}) {
+            slots_env.set("QMOE_CUDA_FP8_BLOCK_SLOTS", on);
+            const std::string kern = cuda::forward_kernels(ex, m, 2);
+            ASSERT_NE(kern.find("sm90-wgmma"), std::string::npos) << "M=" << m << " ran " << kern;
+            Tensor x = test::random_tensor(w.act_dtype, {m, H}, 770 + m + mode);
+            Routing r = random_routing(m, 2, E, 780 + m + mode, mode);
+            Tensor want = ref::reference_forward_routed(w, config(E, 2), nullptr, x, r.w, r.ids);
+            expect_reference(run_device(ex, nullptr, x, r, false), want, w, config(E, 2), x, r, kern, tol_for(w, kern),
+                             str("I ", I, " block ", bn, " halves ", on, " mode ", mode, " M=", m, " (", kern, ")"),
+                             rounded);
+          }
+    }
 }
 
 // The quantized-weight wgmma kernel's 32- and 64-row token tiles (wgmma m64n32 / m64n64, A = the

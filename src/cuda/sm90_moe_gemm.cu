@@ -607,19 +607,12 @@ __global__ void __launch_bounds__(384, 1)
         for (int sl = 0; sl < 2; ++sl) mma(sl, smem_desc(w_st + sl * 64 * 128 + kk * 32), smem_desc(x_st + kk * 32), kk);
       wgmma_commit();
     };
-    if constexpr (I8) {
-      int iacc[2][NA];
-#pragma unroll
-      for (int sl = 0; sl < 2; ++sl)
-#pragma unroll
-        for (int i = 0; i < NA; ++i) iacc[sl][i] = 0;
+    // 16-bit and INT8 (exact sums, no promotion): stage kt's wgmmas stay in flight while kt + 1 is
+    // awaited, and the stage before is released
+    auto pipelined = [&](auto&& mma) {
       int prev = -1;
       for (int kt = 0; kt < nk; ++kt) {
-        issue_stage([&](int sl, uint64_t da, uint64_t db, int) {
-          if constexpr (NT == 64) wgmma_n64_s8(iacc[sl], da, db, 1);
-          else wgmma_n16_s8(iacc[sl], da, db, 1);
-        });
-        // as the 16-bit loop: this stage's IGMMAs stay in flight while the next one is awaited
+        issue_stage(mma);
         wgmma_wait1();
         if (prev >= 0 && lane == 0) mbar_arrive(&empty[prev]);
         prev = slot;
@@ -627,6 +620,17 @@ __global__ void __launch_bounds__(384, 1)
       }
       wgmma_wait0();
       if (prev >= 0 && lane == 0) mbar_arrive(&empty[prev]);
+    };
+    if constexpr (I8) {
+      int iacc[2][NA];
+#pragma unroll
+      for (int sl = 0; sl < 2; ++sl)
+#pragma unroll
+        for (int i = 0; i < NA; ++i) iacc[sl][i] = 0;
+      pipelined([&](int sl, uint64_t da, uint64_t db, int) {
+        if constexpr (NT == 64) wgmma_n64_s8(iacc[sl], da, db, 1);
+        else wgmma_n16_s8(iacc[sl], da, db, 1);
+      });
 #pragma unroll
       for (int sl = 0; sl < 2; ++sl)
 #pragma unroll
@@ -647,25 +651,15 @@ __global__ void __launch_bounds__(384, 1)
           for (int i = 0; i < NA; ++i) acc[sl][i] += tmp[sl][i];
       }
     } else {
-      int prev = -1;
-      for (int kt = 0; kt < nk; ++kt) {
-        issue_stage([&](int sl, uint64_t da, uint64_t db, int) {
-          if constexpr (NT == 64) {
-            if constexpr (std::is_same_v<Op, BF16>) wgmma_n64_bf16(acc[sl], da, db, 1);
-            else wgmma_n64_f16(acc[sl], da, db, 1);
-          } else {
-            if constexpr (std::is_same_v<Op, BF16>) wgmma_n16_bf16(acc[sl], da, db, 1);
-            else wgmma_n16_f16(acc[sl], da, db, 1);
-          }
-        });
-        // this stage's HGMMAs stay in flight while the next one is awaited; the previous are done
-        wgmma_wait1();
-        if (prev >= 0 && lane == 0) mbar_arrive(&empty[prev]);
-        prev = slot;
-        advance();
-      }
-      wgmma_wait0();
-      if (prev >= 0 && lane == 0) mbar_arrive(&empty[prev]);
+      pipelined([&](int sl, uint64_t da, uint64_t db, int) {
+        if constexpr (NT == 64) {
+          if constexpr (std::is_same_v<Op, BF16>) wgmma_n64_bf16(acc[sl], da, db, 1);
+          else wgmma_n64_f16(acc[sl], da, db, 1);
+        } else {
+          if constexpr (std::is_same_v<Op, BF16>) wgmma_n16_bf16(acc[sl], da, db, 1);
+          else wgmma_n16_f16(acc[sl], da, db, 1);
+        }
+      });
     }
 
     // ---- epilogue: slice sl, half h: weight row row0 + 64 sl + 16 warp + g + 8 h; token position

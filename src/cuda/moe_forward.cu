@@ -140,7 +140,7 @@ bool proj_folds(const DevExperts& ex, const DevProj& pr) {
 bool w4a8_qgmma_on() { return env_on("QMOE_CUDA_W4A8_QGMMA"); }
 
 // fp8 block weight scales loaded once per 64-row tile half and k-block on the Hopper tile kernel
-// (Sm90Gemm::block_slots); off by default until its device tests have run (read per forward).
+// (Sm90Gemm::block_slots); off by default until its device tests have run (read per plan).
 bool fp8_block_slots_on() { return env_on("QMOE_CUDA_FP8_BLOCK_SLOTS", false); }
 
 // One consumer warpgroup for an expert's last 128-row M-block when it holds <= 64 live rows
@@ -254,6 +254,8 @@ struct ExpertsPlan {
   bool fold = false;
   // W4A8 fp8 on QGMMA (Sm90Gemm::q8): A and h rows as e4m3 codes in the Sm90Gather::kperm order
   bool q8 = false;
+  // fp8 block weight scales by tile half on the Hopper tile kernel (Sm90Gemm::block_slots, opt-in)
+  bool block_slots = false;
   void* xq = nullptr;
   float* xq_scale = nullptr;
 
@@ -304,6 +306,7 @@ struct ExpertsPlan {
       };
       q8 = op.wq && ex.fmt == WFmt::kU4 && ex.act_quant == ActQuant::kFP8Token && q8_fits(ex.w13) &&
            q8_fits(ex.w2) && w4a8_qgmma_on();
+      block_slots = ex.fmt == WFmt::kFP8 && fp8_block_slots_on();
       as = cv.take<char>(static_cast<size_t>(cap) * ex.w13.kp * esz);
       hs = cv.take<char>(static_cast<size_t>(cap) * ex.w2.kp * 2);
       if (op.bytes || q8) {
@@ -559,7 +562,7 @@ void run_experts_sm90(const DevExperts& ex, const ExpertsPlan& pl, const void* x
     q.chunk = chunk_of(pr, ex.act_quant);
     q.fold = pl.fold && proj_folds(ex, pr) ? 1 : 0;
     q.q8 = pl.q8 ? 1 : 0;
-    q.block_slots = fp8_block_slots_on() ? 1 : 0;
+    q.block_slots = pl.block_slots ? 1 : 0;
   };
   // int4 / int8 weights: the quantized-weight wgmma kernel on the prepared atoms
   auto launch = [&](const Sm90Gemm& q) {

@@ -140,8 +140,9 @@ bool proj_folds(const DevExperts& ex, const DevProj& pr) {
 bool w4a8_qgmma_on() { return env_on("QMOE_CUDA_W4A8_QGMMA"); }
 
 // fp8 block weight scales loaded once per 64-row tile half and k-block on the Hopper tile kernel
-// (Sm90Gemm::block_slots); off by default until its device tests have run (read per plan).
-bool fp8_block_slots_on() { return env_on("QMOE_CUDA_FP8_BLOCK_SLOTS", false); }
+// (Sm90Gemm::block_slots); QMOE_CUDA_FP8_BLOCK_SLOTS=0 loads them per column (measurements, tests;
+// read per plan).
+bool fp8_block_slots_on() { return env_on("QMOE_CUDA_FP8_BLOCK_SLOTS"); }
 
 // One consumer warpgroup for an expert's last 128-row M-block when it holds <= 64 live rows
 // (Sm90Gemm::half_tail); QMOE_CUDA_HALF_TAIL=0 turns it off for measurements.
@@ -254,7 +255,7 @@ struct ExpertsPlan {
   bool fold = false;
   // W4A8 fp8 on QGMMA (Sm90Gemm::q8): A and h rows as e4m3 codes in the Sm90Gather::kperm order
   bool q8 = false;
-  // fp8 block weight scales by tile half on the Hopper tile kernel (Sm90Gemm::block_slots, opt-in)
+  // fp8 block weight scales by tile half on the Hopper tile kernel (Sm90Gemm::block_slots)
   bool block_slots = false;
   void* xq = nullptr;
   float* xq_scale = nullptr;

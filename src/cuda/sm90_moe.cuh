@@ -59,8 +59,8 @@ struct Sm90Gemm {
   // on HGMMA (sm90_moe_gemm.cu "Q8", numerics.md "Products")
   int q8 = 0;
   // 1: fp8 block weight scales by 64-row tile half (sm90_moe_gemm.cu "Block weight scales"), where
-  // the blocks allow; 0: per column. Opt-in (QMOE_CUDA_FP8_BLOCK_SLOTS=1) until the device tests
-  // have run it: measured 3.1-6.2x on fp8-block layers at M >= 1024 (docs/perf.md, twentieth session).
+  // the blocks allow; 0: per column (QMOE_CUDA_FP8_BLOCK_SLOTS=0). Measured 3.1-6.2x on fp8-block
+  // layers at M >= 1024 (docs/perf.md, twentieth session; the default since the twenty-first).
   int block_slots = 0;
   // epilogue
   int stage = 1;                    // 1: h[pos][ldo] = act(...) (operand dtype); 2: o[slot][ldo] f32 * topk_w

@@ -351,7 +351,7 @@ __global__ void __launch_bounds__(384, 1)
     // before the stage is awaited. Per column, with the original-row arithmetic, after the QGMMAs
     // had finished, they made fp8-block layers 3-9x slower than fp8 per-channel ones (H200,
     // twentieth session, r4: deepseek-v3 M = 4096 47 ms against 5.4 ms; 7.9 ms by halves, r5).
-    // Sm90Gemm::block_slots turns it on (opt-in until CudaSm90.Fp8BlockScalesByTileHalf has run).
+    // Sm90Gemm::block_slots turns it on (the default; QMOE_CUDA_FP8_BLOCK_SLOTS=0: per column).
     const int slot_rows = p.interleaved ? WN / 2 : WN;
     const bool slots = p.block_slots && chunked && p.kchunk > 0 && p.n_div % slot_rows == 0 &&
                        (!p.interleaved || p.half % slot_rows == 0);

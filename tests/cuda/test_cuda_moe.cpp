@@ -433,7 +433,7 @@ TEST(CudaSm90, PrefillPathIsTakenAndMatchesReference) {
 // column otherwise: blocks of 128 / 64 rows (both projections by halves; I = 384 puts the up rows
 // of a tile at an odd 64 within a 128-row block) and 32 rows (per column), H = 392 (a partial last
 // k-block and N tile in w2), 64- and 128-row M-blocks, an expert with no tokens, fp16 activations;
-// with the halves on (QMOE_CUDA_FP8_BLOCK_SLOTS=1, opt-in) and off.
+// with the halves on (the default) and off (QMOE_CUDA_FP8_BLOCK_SLOTS=0).
 TEST(CudaSm90, Fp8BlockScalesByTileHalf) {
   SKIP_WITHOUT_GPU();
   SKIP_WITHOUT_SM90();

@@ -144,6 +144,10 @@ bool w4a8_qgmma_on() { return env_on("QMOE_CUDA_W4A8_QGMMA"); }
 // read per plan).
 bool fp8_block_slots_on() { return env_on("QMOE_CUDA_FP8_BLOCK_SLOTS"); }
 
+// The Hopper tile kernel persistent (Sm90Gemm::tile_counter); QMOE_CUDA_PERSIST=0: one CTA per tile
+// (measurements, tests; read per plan).
+bool persist_on() { return env_on("QMOE_CUDA_PERSIST"); }
+
 // One consumer warpgroup for an expert's last 128-row M-block when it holds <= 64 live rows
 // (Sm90Gemm::half_tail); QMOE_CUDA_HALF_TAIL=0 turns it off for measurements.
 bool half_tail_on() {
@@ -257,6 +261,9 @@ struct ExpertsPlan {
   bool q8 = false;
   // fp8 block weight scales by tile half on the Hopper tile kernel (Sm90Gemm::block_slots)
   bool block_slots = false;
+  // the tile kernel persistent: GEMM1's and GEMM2's tile counters (Sm90Gemm::tile_counter), zeroed
+  // before align
+  int32_t* tile_counters = nullptr;
   void* xq = nullptr;
   float* xq_scale = nullptr;
 
@@ -308,6 +315,7 @@ struct ExpertsPlan {
       q8 = op.wq && ex.fmt == WFmt::kU4 && ex.act_quant == ActQuant::kFP8Token && q8_fits(ex.w13) &&
            q8_fits(ex.w2) && w4a8_qgmma_on();
       block_slots = ex.fmt == WFmt::kFP8 && fp8_block_slots_on();
+      if (!op.wq && !stream && persist_on()) tile_counters = cv.take<int32_t>(2);
       as = cv.take<char>(static_cast<size_t>(cap) * ex.w13.kp * esz);
       hs = cv.take<char>(static_cast<size_t>(cap) * ex.w2.kp * 2);
       if (op.bytes || q8) {
@@ -489,6 +497,7 @@ void run_experts_sm90(const DevExperts& ex, const ExpertsPlan& pl, const void* x
   const int kind = op.i8 ? 2 : op.bytes ? 1 : 0;
   const int H = ex.hidden, I = ex.intermediate;
   const int qa = quant ? quant_code(ex.act_quant) : 0;
+  if (pl.tile_counters != nullptr) QMOE_CUDA_OK(cudaMemsetAsync(pl.tile_counters, 0, 2 * sizeof(int32_t), s));
   launch_align(topk_ids, static_cast<int>(pl.numel), emap, ex.num_experts, pl.bm, pl.cap, pl.sorted, pl.eids,
                pl.npost, pl.hist, s);
   sync_check(s, "align (Hopper path)");
@@ -582,6 +591,7 @@ void run_experts_sm90(const DevExperts& ex, const ExpertsPlan& pl, const void* x
   g1.act = act_code(ex.activation);
   g1.out = pl.hs;
   g1.ldo = ex.w2.kp;
+  g1.tile_counter = pl.tile_counters;
   launch(g1);
 
   const void* a2 = pl.hs;
@@ -613,6 +623,7 @@ void run_experts_sm90(const DevExperts& ex, const ExpertsPlan& pl, const void* x
   g2.out = pl.o;
   g2.ldo = H;
   g2.topk_w = on_input ? nullptr : topk_w;
+  g2.tile_counter = pl.tile_counters != nullptr ? pl.tile_counters + 1 : nullptr;
   if (emap != nullptr) QMOE_CUDA_OK(cudaMemsetAsync(pl.o, 0, static_cast<size_t>(pl.numel) * H * 4, s));
   launch(g2);
 }

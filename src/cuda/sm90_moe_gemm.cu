@@ -71,8 +71,9 @@ struct Sm90Cfg {
   static constexpr int B_ST = KH * BN * 128;
   static constexpr int WN = BM == kBM ? BN : BN / 2;  // columns of one consumer warpgroup
   static constexpr int NACC = WN / 2;                 // fp32 accumulators per thread (64 rows x WN / 128 threads)
-  // + barriers, the tile's column / row scales (fp8, INT8) and bias, alignment
-  static constexpr int SMEM = STAGES * (A_ST + B_ST) + 2 * STAGES * 8 + (2 * BN + BM) * 4 + 1024;
+  // + barriers, the tile's column / row scales (fp8, INT8) and bias, the tile of each stage
+  // (persistent kernel), alignment
+  static constexpr int SMEM = STAGES * (A_ST + B_ST) + 2 * STAGES * 8 + (2 * BN + BM) * 4 + STAGES * 4 + 1024;
 };
 
 // ---- PTX helpers (sm_90) -------------------------------------------------------------------------
@@ -145,6 +146,7 @@ __global__ void __launch_bounds__(384, 1)
   uint8_t* sB = smem + STAGES * C::A_ST;
   uint64_t* full = reinterpret_cast<uint64_t*>(sB + STAGES * C::B_ST);
   uint64_t* empty = full + STAGES;
+  int* s_tile = reinterpret_cast<int*>(reinterpret_cast<float*>(empty + STAGES) + 2 * BN + BM);  // [STAGES]
 
 #ifdef QMOE_SM90_TRACE
   const unsigned long long t_entry = gtimer();
@@ -156,28 +158,35 @@ __global__ void __launch_bounds__(384, 1)
     g_sm90_trace[blockIdx.x * 6 + 5] = smid;
   }
 #endif
-  // grouped raster: kGroupM M-blocks x all N tiles, M fastest
+  // Persistent (Sm90Gemm::tile_counter non-null; else one tile per CTA): CTA b takes tile L = b of
+  // the grouped raster (kGroupM M-blocks x all N tiles, M fastest: a wave of CTAs shares each A and
+  // weight tile through L2), then gridDim.x + atomicAdd(tile_counter, 1) until past the tiles: the
+  // tiles go out in raster order as CTAs free up, as the block scheduler hands out one-tile CTAs
+  // (striding by gridDim.x instead was 0.97x: CTAs drifted apart, the tiles' costs differ). The
+  // producer writes each tile's index beside its first stage (s_tile, -1: no more) and the ring
+  // position `it` runs on across tiles, so the next tile's first stages load while the consumers
+  // run an epilogue (one CTA per SM: one tile per CTA left each SM idle for the fill and the
+  // epilogue, a third of the tile on K = 768).
   const int ntn = (p.np + BN - 1) / BN;
-  const int L = blockIdx.x;
-  const int group = L / (kGroupM * ntn), rem = L % (kGroupM * ntn);
-  const int nb = rem / kGroupM, mb = group * kGroupM + rem % kGroupM;
-  if (mb >= p.max_blocks || mb * BM >= *p.num_post) return;
-  const int e = p.expert_ids[mb];
-  if (e < 0) return;  // expert of another rank: its slots stay zero (pre-cleared)
-  // An expert's last 128-row M-block often holds few live rows (align puts an expert's padding
-  // after its rows): with at most 64, rows 64..127 are all padding, so the second consumer
-  // warpgroup leaves at once and the first multiplies alone (half the tensor work of the tile;
-  // its padding rows of h are never written, and no output reads them: a padding position's
-  // GEMM2 row is its own, and the fp8 gather of h skips padding rows).
-  const bool tail = BM == kBM && p.half_tail && p.sorted_ids[mb * BM + 64] >= p.numel;
-  const int ncons = tail ? 128 : 256;  // consumer threads that stay
+  const int ntiles = (p.max_blocks + kGroupM - 1) / kGroupM * kGroupM * ntn;
+  const int used_rows = *p.num_post;
+  // tile L's M-block, N tile and expert; false where it has none (past the used M-blocks, or an
+  // expert of another rank: its slots stay zero, pre-cleared)
+  auto tile_at = [&](int L, int& mb, int& nb, int& e) {
+    const int group = L / (kGroupM * ntn), rem = L % (kGroupM * ntn);
+    nb = rem / kGroupM;
+    mb = group * kGroupM + rem % kGroupM;
+    if (mb >= p.max_blocks || mb * BM >= used_rows) return false;
+    e = p.expert_ids[mb];
+    return e >= 0;
+  };
 
   const int wg = threadIdx.x >> 7, tid = threadIdx.x & 127;
   if (threadIdx.x == 0) {
 #pragma unroll
     for (int s = 0; s < STAGES; ++s) {
       mbar_init(&full[s], 1);
-      mbar_init(&empty[s], ncons / 32);  // one arrival per consumer warp
+      mbar_init(&empty[s], 8);  // one arrival per consumer warp (both warpgroups, tail tiles too)
     }
     mbar_init_fence();
   }
@@ -189,302 +198,341 @@ __global__ void __launch_bounds__(384, 1)
     setmaxnreg_dec<40>();
     if (tid == 0) {
       asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&tma_a)) : "memory");
-      for (int kb = 0; kb < nk; ++kb) {
-        const int s = kb % STAGES;
-        mbar_wait(&empty[s], ((kb / STAGES) & 1) ^ 1);
-        mbar_expect_tx(&full[s], C::A_ST + C::B_ST);
+      int it = 0;
+      for (int L = blockIdx.x;; L = p.tile_counter != nullptr ? gridDim.x + atomicAdd(p.tile_counter, 1) : ntiles) {
+        int mb, nb, e;
+        if (L >= ntiles) {  // no more tiles: -1 beside the next stage, its full barrier completed without data
+          const int s = it % STAGES;
+          mbar_wait(&empty[s], ((it / STAGES) & 1) ^ 1);
+          s_tile[s] = -1;
+          mbar_arrive(&full[s]);
+          break;
+        }
+        if (!tile_at(L, mb, nb, e)) continue;
+        for (int kb = 0; kb < nk; ++kb, ++it) {
+          const int s = it % STAGES;
+          mbar_wait(&empty[s], ((it / STAGES) & 1) ^ 1);
+          if (kb == 0) s_tile[s] = L;  // published by the barrier's arrival (release; the wait acquires)
+          mbar_expect_tx(&full[s], C::A_ST + C::B_ST);
 #pragma unroll
-        for (int h = 0; h < C::KH; ++h) {
-          const int kt = kb * C::KH + h;  // 128-byte k tile
-          tma_load_2d(sA + s * C::A_ST + h * BM * 128, &tma_a, &full[s], kt * (BK / C::KH), mb * BM);
-          // the plain copy is stored swizzled: one contiguous 1-D bulk copy per box (a 2-D TMA
-          // box of the same bytes streamed 4-7% slower: gpu_ceiling ring2 on the H200)
-          bulk_load(sB + s * C::B_ST + h * BN * 128,
-                    static_cast<const uint8_t*>(p.w) +
-                        (static_cast<int64_t>((e * w_nt + nb * BN / 256) * w_kt + kt) * 256 + nb * BN % 256) * 128,
-                    BN * 128, &full[s]);
+          for (int h = 0; h < C::KH; ++h) {
+            const int kt = kb * C::KH + h;  // 128-byte k tile
+            tma_load_2d(sA + s * C::A_ST + h * BM * 128, &tma_a, &full[s], kt * (BK / C::KH), mb * BM);
+            // the plain copy is stored swizzled: one contiguous 1-D bulk copy per box (a 2-D TMA
+            // box of the same bytes streamed 4-7% slower: gpu_ceiling ring2 on the H200)
+            bulk_load(sB + s * C::B_ST + h * BN * 128,
+                      static_cast<const uint8_t*>(p.w) +
+                          (static_cast<int64_t>((e * w_nt + nb * BN / 256) * w_kt + kt) * 256 + nb * BN % 256) * 128,
+                      BN * 128, &full[s]);
+          }
         }
       }
     }
     return;
   }
 
-  if (wg == 2 && tail) return;
   setmaxnreg_inc<232>();
   const int cw = wg - 1;  // BM 128: rows cw * 64 .. + 63 of the tile; BM 64: columns cw * WN .. + WN - 1
   const int warp = tid >> 5, lane = tid & 31;
   const int rw = BM == kBM ? cw * 64 : 0;   // the warpgroup's first row in the tile
   const int cn = BM == kBM ? 0 : cw * WN;   // ... and first column
-  float acc[NACC];
+  int it = 0;  // ring position of the tile's first stage
+  for (;;) {
+    mbar_wait(&full[it % STAGES], (it / STAGES) & 1);
+    const int L = s_tile[it % STAGES];  // rewritten only after both warpgroups release the stage
+    if (L < 0) break;
+    int mb, nb, e;
+    tile_at(L, mb, nb, e);  // a tile with an M-block and an expert (the producer skipped the others)
+    // An expert's last 128-row M-block often holds few live rows (align puts an expert's padding
+    // after its rows): with at most 64, rows 64..127 are all padding, so the first consumer
+    // warpgroup multiplies alone (half the tensor work of the tile; its padding rows of h are never
+    // written, and no output reads them: a padding position's GEMM2 row is its own, and the fp8
+    // gather of h skips padding rows) while the second only releases the stages.
+    const bool tail = BM == kBM && p.half_tail && p.sorted_ids[mb * BM + 64] >= p.numel;
+    const int ncons = tail ? 128 : 256;  // consumer threads that multiply
+    named_bar_sync(2, 256);  // both warpgroups are done with the previous tile's staged scales and biases
+    if (wg == 2 && tail) {
+      for (int kb = 0; kb < nk; ++kb) {
+        const int s = (it + kb) % STAGES;
+        mbar_wait(&full[s], ((it + kb) / STAGES) & 1);
+        if (lane == 0) mbar_arrive(&empty[s]);
+      }
+      it += nk;
+      continue;
+    }
+    float acc[NACC];
 #pragma unroll
-  for (int i = 0; i < NACC; ++i) acc[i] = 0.f;
+    for (int i = 0; i < NACC; ++i) acc[i] = 0.f;
 
-  // fp8 scales: rows r0, r0 + 8 of this thread; columns nb * BN + 8 j + 2 (lane & 3) + {0, 1}
-  const int row_base = mb * BM + rw + warp * 16 + (lane >> 2);
-  // GEMM2's output slots and router weights of this thread's two rows, loaded before the mainloop
-  // (two dependent loads in the epilogue waited ~2 memory round trips per CTA)
-  int o_sid[2] = {p.numel, p.numel};
-  float o_w[2] = {1.f, 1.f};
-  if (p.stage == 2) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      o_sid[h] = p.sorted_ids[row_base + h * 8];
-      if (o_sid[h] < p.numel && p.topk_w != nullptr) o_w[h] = p.topk_w[o_sid[h]];
-    }
-  }
-  float rs[2] = {1.f, 1.f};
-  auto load_rs = [&](int g) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) rs[h] = p.row_scale[static_cast<size_t>(row_base + h * 8) * p.rs_groups + g];
-  };
-  auto col_scale = [&](int n, int g) -> float {
-    const int r = orig_row(p, n);
-    if (n >= p.np || r >= p.n) return 0.f;
-    return __ldg(p.col_scale + (static_cast<size_t>(e) * p.kg + g) * p.nsc + (p.n_div == 1 ? r : r / p.n_div));
-  };
-  // chunked fp8 (scales change along K): per k-block weight group / activation group
-  const bool chunked = FP8 && (p.kchunk > 0 || p.rs_groups > 1);
-  // One scale pair for all of K (fp8 unchunked, INT8): the tile's column and row scales are staged
-  // in shared memory before the mainloop, so their loads and the column-order arithmetic overlap it
-  // (loaded in the epilogue they were about a third of its stall samples; the epilogue was 36% of
-  // the kernel's: ncu, mixtral-8x7b fp8 M = 4096 GEMM1).
-  float* s_cs = reinterpret_cast<float*>(empty + STAGES);  // [BN]
-  float* s_rs = s_cs + BN;                                   // [BM]
-  float* s_bias = s_rs + BM;  // [BN]: stage 1 the tile's BN / 2 gate then up biases, stage 2 its columns'
-  const bool staged = FP8 && !chunked;
-  if (staged) {
-    for (int t = threadIdx.x - 128; t < BN + BM; t += ncons) {
-      if (t < BN) s_cs[t] = col_scale(nb * BN + t, 0);
-      else
-        s_rs[t - BN] = p.row_scale != nullptr ? p.row_scale[static_cast<size_t>(mb * BM + t - BN) * p.rs_groups] : 1.f;
-    }
-  }
-  if (p.bias != nullptr) {
-    for (int t = threadIdx.x - 128; t < BN; t += ncons) {
-      const float* be = p.bias + static_cast<size_t>(e) * p.n;
-      if (p.stage == 1) {
-        const int c = t % (BN / 2), i = nb * (BN / 2) + c;
-        s_bias[t] = i < p.half ? be[(t < BN / 2 ? 0 : p.half) + i] : 0.f;
-      } else {
-        const int n = nb * BN + t;
-        s_bias[t] = n < p.n ? be[n] : 0.f;
-      }
-    }
-  }
-  // f(accumulator index, column scale, row scale) for every accumulator, with the scales of all of K
-  auto each_scale = [&](auto&& f) {
-    named_bar_sync(1, ncons);  // the consumer warpgroups' staged scales
-    float r[2];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) r[h] = s_rs[rw + warp * 16 + (lane >> 2) + h * 8];
-#pragma unroll
-    for (int j = 0; j < NACC / 4; ++j)
-#pragma unroll
-      for (int e2 = 0; e2 < 2; ++e2) {
-        const float cs = s_cs[cn + 8 * j + 2 * (lane & 3) + e2];
-#pragma unroll
-        for (int h = 0; h < 2; ++h) f(j * 4 + h * 2 + e2, cs, r[h]);
-      }
-  };
-  // the wide tiles (16-bit, INT8 on 128 x 256): one 128-byte k box per stage, mma(da, db) per k
-  // step; stage kb's wgmmas stay in flight while stage kb + 1 is awaited (kb - 1's are done)
-  auto wide_kloop = [&](auto&& mma) {
-    for (int kb = 0; kb < nk; ++kb) {
-      const int s = kb % STAGES;
-      mbar_wait(&full[s], (kb / STAGES) & 1);
-      if (kb == 0) QMOE_TRACE(1);
-      const uint8_t* a_st = sA + s * C::A_ST + rw * 128;
-      const uint8_t* b_st = sB + s * C::B_ST + cn * 128;
-      wgmma_fence();
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) mma(smem_desc(a_st + kk * 32), smem_desc(b_st + kk * 32));
-      wgmma_commit();
-      wgmma_wait1();
-      if (kb > 0 && lane == 0) mbar_arrive(&empty[(kb - 1) % STAGES]);
-    }
-    wgmma_wait0();
-    QMOE_TRACE(2);
-  };
-  // byte operands (fp8 / int8): per stage wait for the data, issue its MMAs, wait for them,
-  // release the stage, then after(kb) (fp8: promote the k-block partials)
-  auto byte_kloop = [&](auto&& issue, auto&& after, auto&& before) {
-    for (int kb = 0; kb < nk; ++kb) {
-      const int s = kb % STAGES;
-      before(kb);  // loads whose latency the wait and the MMAs hide
-      mbar_wait(&full[s], (kb / STAGES) & 1);
-      if (kb == 0) QMOE_TRACE(1);
-      wgmma_fence();
-      issue(sA + s * C::A_ST + rw * 128, sB + s * C::B_ST + cn * 128);
-      wgmma_commit();
-      wgmma_wait0();
-      if (lane == 0) mbar_arrive(&empty[s]);
-      after(kb);
-    }
-    QMOE_TRACE(2);
-  };
-
-  if constexpr (I8) {
-    // exact int32 sums of int8 x int8 over all of K (|sum| < 2^31 for K < 2^17), one scale pair
-    int iacc[NACC];
-#pragma unroll
-    for (int i = 0; i < NACC; ++i) iacc[i] = 0;
-    if constexpr (C::kWide) {
-      wide_kloop([&](uint64_t da, uint64_t db) {
-        if constexpr (WN == 256) wgmma_n256_s8(iacc, da, db, 1);
-        else wgmma_n128_s8(iacc, da, db, 1);  // 64-row M-blocks: each warpgroup half of the columns
-      });
-    } else {
-      byte_kloop([&](const uint8_t* a_st, const uint8_t* b_st) {
-#pragma unroll
-        for (int h = 0; h < C::KH; ++h)
-#pragma unroll
-          for (int kk = 0; kk < 4; ++kk)
-            wgmma_n128_s8(iacc, smem_desc(a_st + h * BM * 128 + kk * 32), smem_desc(b_st + h * BN * 128 + kk * 32), 1);
-      }, [](int) {}, [](int) {});
-    }
-    each_scale([&](int i, float cs, float r) { acc[i] = (static_cast<float>(iacc[i]) * cs) * r; });
-  } else if constexpr (FP8) {
-    float tmp0[NACC], tmp1[NACC];
-    // Block weight scales (fp8 128 x 128 blocks and alike: n_div rows share a scale), where each
-    // consumer's columns of one tile and k-block take at most two, one per 64-row gate / up half
-    // (interleaved w13) or one (w2): those and the row scales of a stage's two k-blocks are loaded
-    // before the stage is awaited. Per column, with the original-row arithmetic, after the QGMMAs
-    // had finished, they made fp8-block layers 3-9x slower than fp8 per-channel ones (H200,
-    // twentieth session, r4: deepseek-v3 M = 4096 47 ms against 5.4 ms; 7.9 ms by halves, r5).
-    // Sm90Gemm::block_slots turns it on (the default; QMOE_CUDA_FP8_BLOCK_SLOTS=0: per column).
-    const int slot_rows = p.interleaved ? WN / 2 : WN;
-    const bool slots = p.block_slots && chunked && p.kchunk > 0 && p.n_div % slot_rows == 0 &&
-                       (!p.interleaved || p.half % slot_rows == 0);
-    const int r_slot0 = p.interleaved ? (nb * BN + cn) / 2 : nb * BN + cn;  // first gate (or w2) row
-    float pre_rs[2][2], pre_ws[2][2];
-    auto slot_scale = [&](int r, int gw) -> float {
-      return r < p.n ? __ldg(p.col_scale + (static_cast<size_t>(e) * p.kg + gw) * p.nsc + r / p.n_div) : 0.f;
-    };
-    auto prefetch = [&](int kb) {
-      if (!slots) return;
-#pragma unroll
-      for (int b = 0; b < 2; ++b) {
-        const int k0 = kb * BK + b * 128;
-        const int gw = min(k0 / p.kchunk, p.kg - 1);
-        const int ga = p.rs_groups > 1 ? min(k0 / 128, p.rs_groups - 1) : 0;
-#pragma unroll
-        for (int h = 0; h < 2; ++h)
-          pre_rs[b][h] = __ldg(p.row_scale + static_cast<size_t>(row_base + h * 8) * p.rs_groups + ga);
-        pre_ws[b][0] = slot_scale(r_slot0, gw);
-        pre_ws[b][1] = p.interleaved ? slot_scale(r_slot0 + p.half, gw) : pre_ws[b][0];
-      }
-    };
-    auto promote = [&](const float (&t)[NACC], int k0, int b) {
-      if (k0 >= p.k) return;  // a 128-k block wholly in the K padding: zero products
-      if (slots) {
-        // column 8 j + ... of the consumer's tile is a gate row for even j, an up row for odd j
-        // (interleaved_row: nb * BN + cn is a multiple of 16)
-#pragma unroll
-        for (int j = 0; j < NACC / 4; ++j) {
-          const float cs = pre_ws[b][j & 1];
-#pragma unroll
-          for (int e2 = 0; e2 < 2; ++e2)
-#pragma unroll
-            for (int h = 0; h < 2; ++h) acc[j * 4 + h * 2 + e2] += t[j * 4 + h * 2 + e2] * (pre_rs[b][h] * cs);
-        }
-      } else if (chunked) {
-        const int gw = p.kchunk > 0 ? min(k0 / p.kchunk, p.kg - 1) : 0;
-        const int ga = p.rs_groups > 1 ? min(k0 / 128, p.rs_groups - 1) : 0;
-        load_rs(ga);
-#pragma unroll
-        for (int j = 0; j < NACC / 4; ++j)
-#pragma unroll
-          for (int e2 = 0; e2 < 2; ++e2) {
-            const float cs = col_scale(nb * BN + cn + 8 * j + 2 * (lane & 3) + e2, gw);
-#pragma unroll
-            for (int h = 0; h < 2; ++h) acc[j * 4 + h * 2 + e2] += t[j * 4 + h * 2 + e2] * (rs[h] * cs);
-          }
-      } else {
-#pragma unroll
-        for (int i = 0; i < NACC; ++i) acc[i] += t[i];
-      }
-    };
-    // QGMMA m64 x WN (n128, or n64 for 64-row M-blocks)
-    auto qmma = [&](float (&t)[NACC], uint64_t da, uint64_t db, int sd) {
-      if constexpr (WN == 128) wgmma_n128_e4m3(t, da, db, sd);
-      else wgmma_n64_e4m3(t, da, db, sd);
-    };
-    byte_kloop([&](const uint8_t* a_st, const uint8_t* b_st) {
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk) qmma(tmp0, smem_desc(a_st + kk * 32), smem_desc(b_st + kk * 32), kk);
-#pragma unroll
-      for (int kk = 0; kk < 4; ++kk)
-        qmma(tmp1, smem_desc(a_st + BM * 128 + kk * 32), smem_desc(b_st + BN * 128 + kk * 32), kk);
-    }, [&](int kb) {
-      promote(tmp0, kb * BK, 0);
-      promote(tmp1, kb * BK + 128, 1);
-    }, prefetch);
-    if (!chunked) each_scale([&](int i, float cs, float r) { acc[i] *= r * cs; });  // one scale pair for all of K
-  } else {
-    wide_kloop([&](uint64_t da, uint64_t db) {
-      if constexpr (WN == 256) {
-        if constexpr (std::is_same_v<Op, BF16>) wgmma_n256_bf16(acc, da, db, 1);
-        else wgmma_n256_f16(acc, da, db, 1);
-      } else {
-        if constexpr (std::is_same_v<Op, BF16>) wgmma_n128_bf16(acc, da, db, 1);
-        else wgmma_n128_f16(acc, da, db, 1);
-      }
-    });
-  }
-
-  // ---- epilogue: thread holds rows row_base + {0, 8}, columns 8 j + 2 (lane & 3) + {0, 1}
-  using T = typename Op::T;
-  if (p.bias != nullptr && !staged) named_bar_sync(1, ncons);  // the staged biases (each_scale synced the others)
-  if (p.stage == 1) {
-    // prepared columns: n16 tile q holds 8 gate rows (j = 2q) then the 8 matching up rows (2q + 1).
-    // Activation switch outside the loops (with_act): the per-element code is branch-free.
-    with_act(p.act, [&](auto act) {
+    // fp8 scales: rows r0, r0 + 8 of this thread; columns nb * BN + 8 j + 2 (lane & 3) + {0, 1}
+    const int row_base = mb * BM + rw + warp * 16 + (lane >> 2);
+    // GEMM2's output slots and router weights of this thread's two rows, loaded before the mainloop
+    // (two dependent loads in the epilogue waited ~2 memory round trips per CTA)
+    int o_sid[2] = {p.numel, p.numel};
+    float o_w[2] = {1.f, 1.f};
+    if (p.stage == 2) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        T* hrow = static_cast<T*>(p.out) + static_cast<size_t>(row_base + h * 8) * p.ldo;
-#pragma unroll
-        for (int q = 0; q < NACC / 8; ++q) {
-          const int tile = nb * (BN / 16) + cn / 16 + q;
-          const int i = tile * 8 + 2 * (lane & 3);
-          if (i >= p.half) continue;
-          float hv[2];
-#pragma unroll
-          for (int e2 = 0; e2 < 2; ++e2) {
-            float g = acc[(2 * q) * 4 + h * 2 + e2], u = acc[(2 * q + 1) * 4 + h * 2 + e2];
-            if (p.bias != nullptr) {
-              const int c = cn / 2 + q * 8 + 2 * (lane & 3) + e2;  // the tile's intermediate column i + e2
-              g += s_bias[c];
-              u += s_bias[BN / 2 + c];
-            }
-            hv[e2] = act(g, u);
-          }
-          *reinterpret_cast<uint32_t*>(hrow + i) = Op::pack(hv[0], hv[1]);
-        }
-      }
-    });
-  } else {
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    {
-      const int sid = o_sid[h];
-      if (sid >= p.numel) continue;
-      const float w = o_w[h];
-      float* orow = static_cast<float*>(p.out) + static_cast<size_t>(sid) * p.ldo;
-#pragma unroll
-      for (int j = 0; j < NACC / 4; ++j) {
-        const int n = nb * BN + cn + 8 * j + 2 * (lane & 3);
-        if (n >= p.n) continue;
-        float v0 = acc[j * 4 + h * 2], v1 = acc[j * 4 + h * 2 + 1];
-        if (p.bias != nullptr) {
-          v0 += s_bias[n - nb * BN];
-          v1 += s_bias[n - nb * BN + 1];
-        }
-        *reinterpret_cast<float2*>(orow + n) = make_float2(v0 * w, v1 * w);
+        o_sid[h] = p.sorted_ids[row_base + h * 8];
+        if (o_sid[h] < p.numel && p.topk_w != nullptr) o_w[h] = p.topk_w[o_sid[h]];
       }
     }
-  }
-  }
-  QMOE_TRACE(3);
+    float rs[2] = {1.f, 1.f};
+    auto load_rs = [&](int g) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) rs[h] = p.row_scale[static_cast<size_t>(row_base + h * 8) * p.rs_groups + g];
+    };
+    auto col_scale = [&](int n, int g) -> float {
+      const int r = orig_row(p, n);
+      if (n >= p.np || r >= p.n) return 0.f;
+      return __ldg(p.col_scale + (static_cast<size_t>(e) * p.kg + g) * p.nsc + (p.n_div == 1 ? r : r / p.n_div));
+    };
+    // chunked fp8 (scales change along K): per k-block weight group / activation group
+    const bool chunked = FP8 && (p.kchunk > 0 || p.rs_groups > 1);
+    // One scale pair for all of K (fp8 unchunked, INT8): the tile's column and row scales are staged
+    // in shared memory before the mainloop, so their loads and the column-order arithmetic overlap it
+    // (loaded in the epilogue they were about a third of its stall samples; the epilogue was 36% of
+    // the kernel's: ncu, mixtral-8x7b fp8 M = 4096 GEMM1).
+    float* s_cs = reinterpret_cast<float*>(empty + STAGES);  // [BN]
+    float* s_rs = s_cs + BN;                                   // [BM]
+    float* s_bias = s_rs + BM;  // [BN]: stage 1 the tile's BN / 2 gate then up biases, stage 2 its columns'
+    const bool staged = FP8 && !chunked;
+    if (staged) {
+      for (int t = threadIdx.x - 128; t < BN + BM; t += ncons) {
+        if (t < BN) s_cs[t] = col_scale(nb * BN + t, 0);
+        else
+          s_rs[t - BN] = p.row_scale != nullptr ? p.row_scale[static_cast<size_t>(mb * BM + t - BN) * p.rs_groups] : 1.f;
+      }
+    }
+    if (p.bias != nullptr) {
+      for (int t = threadIdx.x - 128; t < BN; t += ncons) {
+        const float* be = p.bias + static_cast<size_t>(e) * p.n;
+        if (p.stage == 1) {
+          const int c = t % (BN / 2), i = nb * (BN / 2) + c;
+          s_bias[t] = i < p.half ? be[(t < BN / 2 ? 0 : p.half) + i] : 0.f;
+        } else {
+          const int n = nb * BN + t;
+          s_bias[t] = n < p.n ? be[n] : 0.f;
+        }
+      }
+    }
+    // f(accumulator index, column scale, row scale) for every accumulator, with the scales of all of K
+    auto each_scale = [&](auto&& f) {
+      named_bar_sync(1, ncons);  // the consumer warpgroups' staged scales
+      float r[2];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) r[h] = s_rs[rw + warp * 16 + (lane >> 2) + h * 8];
+#pragma unroll
+      for (int j = 0; j < NACC / 4; ++j)
+#pragma unroll
+        for (int e2 = 0; e2 < 2; ++e2) {
+          const float cs = s_cs[cn + 8 * j + 2 * (lane & 3) + e2];
+#pragma unroll
+          for (int h = 0; h < 2; ++h) f(j * 4 + h * 2 + e2, cs, r[h]);
+        }
+    };
+    // the wide tiles (16-bit, INT8 on 128 x 256): one 128-byte k box per stage, mma(da, db) per k
+    // step; stage kb's wgmmas stay in flight while stage kb + 1 is awaited (kb - 1's are done)
+    auto wide_kloop = [&](auto&& mma) {
+      for (int kb = 0; kb < nk; ++kb) {
+        const int s = (it + kb) % STAGES;
+        mbar_wait(&full[s], ((it + kb) / STAGES) & 1);
+        if (kb == 0) QMOE_TRACE(1);
+        const uint8_t* a_st = sA + s * C::A_ST + rw * 128;
+        const uint8_t* b_st = sB + s * C::B_ST + cn * 128;
+        wgmma_fence();
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) mma(smem_desc(a_st + kk * 32), smem_desc(b_st + kk * 32));
+        wgmma_commit();
+        wgmma_wait1();
+        if (kb > 0 && lane == 0) mbar_arrive(&empty[(it + kb - 1) % STAGES]);
+      }
+      wgmma_wait0();
+      if (lane == 0) mbar_arrive(&empty[(it + nk - 1) % STAGES]);
+      QMOE_TRACE(2);
+    };
+    // byte operands (fp8 / int8): per stage wait for the data, issue its MMAs, wait for them,
+    // release the stage, then after(kb) (fp8: promote the k-block partials)
+    auto byte_kloop = [&](auto&& issue, auto&& after, auto&& before) {
+      for (int kb = 0; kb < nk; ++kb) {
+        const int s = (it + kb) % STAGES;
+        before(kb);  // loads whose latency the wait and the MMAs hide
+        mbar_wait(&full[s], ((it + kb) / STAGES) & 1);
+        if (kb == 0) QMOE_TRACE(1);
+        wgmma_fence();
+        issue(sA + s * C::A_ST + rw * 128, sB + s * C::B_ST + cn * 128);
+        wgmma_commit();
+        wgmma_wait0();
+        if (lane == 0) mbar_arrive(&empty[s]);
+        after(kb);
+      }
+      QMOE_TRACE(2);
+    };
+
+    if constexpr (I8) {
+      // exact int32 sums of int8 x int8 over all of K (|sum| < 2^31 for K < 2^17), one scale pair
+      int iacc[NACC];
+#pragma unroll
+      for (int i = 0; i < NACC; ++i) iacc[i] = 0;
+      if constexpr (C::kWide) {
+        wide_kloop([&](uint64_t da, uint64_t db) {
+          if constexpr (WN == 256) wgmma_n256_s8(iacc, da, db, 1);
+          else wgmma_n128_s8(iacc, da, db, 1);  // 64-row M-blocks: each warpgroup half of the columns
+        });
+      } else {
+        byte_kloop([&](const uint8_t* a_st, const uint8_t* b_st) {
+#pragma unroll
+          for (int h = 0; h < C::KH; ++h)
+#pragma unroll
+            for (int kk = 0; kk < 4; ++kk)
+              wgmma_n128_s8(iacc, smem_desc(a_st + h * BM * 128 + kk * 32), smem_desc(b_st + h * BN * 128 + kk * 32), 1);
+        }, [](int) {}, [](int) {});
+      }
+      each_scale([&](int i, float cs, float r) { acc[i] = (static_cast<float>(iacc[i]) * cs) * r; });
+    } else if constexpr (FP8) {
+      float tmp0[NACC], tmp1[NACC];
+      // Block weight scales (fp8 128 x 128 blocks and alike: n_div rows share a scale), where each
+      // consumer's columns of one tile and k-block take at most two, one per 64-row gate / up half
+      // (interleaved w13) or one (w2): those and the row scales of a stage's two k-blocks are loaded
+      // before the stage is awaited. Per column, with the original-row arithmetic, after the QGMMAs
+      // had finished, they made fp8-block layers 3-9x slower than fp8 per-channel ones (H200,
+      // twentieth session, r4: deepseek-v3 M = 4096 47 ms against 5.4 ms; 7.9 ms by halves, r5).
+      // Sm90Gemm::block_slots turns it on (the default; QMOE_CUDA_FP8_BLOCK_SLOTS=0: per column).
+      const int slot_rows = p.interleaved ? WN / 2 : WN;
+      const bool slots = p.block_slots && chunked && p.kchunk > 0 && p.n_div % slot_rows == 0 &&
+                         (!p.interleaved || p.half % slot_rows == 0);
+      const int r_slot0 = p.interleaved ? (nb * BN + cn) / 2 : nb * BN + cn;  // first gate (or w2) row
+      float pre_rs[2][2], pre_ws[2][2];
+      auto slot_scale = [&](int r, int gw) -> float {
+        return r < p.n ? __ldg(p.col_scale + (static_cast<size_t>(e) * p.kg + gw) * p.nsc + r / p.n_div) : 0.f;
+      };
+      auto prefetch = [&](int kb) {
+        if (!slots) return;
+#pragma unroll
+        for (int b = 0; b < 2; ++b) {
+          const int k0 = kb * BK + b * 128;
+          const int gw = min(k0 / p.kchunk, p.kg - 1);
+          const int ga = p.rs_groups > 1 ? min(k0 / 128, p.rs_groups - 1) : 0;
+#pragma unroll
+          for (int h = 0; h < 2; ++h)
+            pre_rs[b][h] = __ldg(p.row_scale + static_cast<size_t>(row_base + h * 8) * p.rs_groups + ga);
+          pre_ws[b][0] = slot_scale(r_slot0, gw);
+          pre_ws[b][1] = p.interleaved ? slot_scale(r_slot0 + p.half, gw) : pre_ws[b][0];
+        }
+      };
+      auto promote = [&](const float (&t)[NACC], int k0, int b) {
+        if (k0 >= p.k) return;  // a 128-k block wholly in the K padding: zero products
+        if (slots) {
+          // column 8 j + ... of the consumer's tile is a gate row for even j, an up row for odd j
+          // (interleaved_row: nb * BN + cn is a multiple of 16)
+#pragma unroll
+          for (int j = 0; j < NACC / 4; ++j) {
+            const float cs = pre_ws[b][j & 1];
+#pragma unroll
+            for (int e2 = 0; e2 < 2; ++e2)
+#pragma unroll
+              for (int h = 0; h < 2; ++h) acc[j * 4 + h * 2 + e2] += t[j * 4 + h * 2 + e2] * (pre_rs[b][h] * cs);
+          }
+        } else if (chunked) {
+          const int gw = p.kchunk > 0 ? min(k0 / p.kchunk, p.kg - 1) : 0;
+          const int ga = p.rs_groups > 1 ? min(k0 / 128, p.rs_groups - 1) : 0;
+          load_rs(ga);
+#pragma unroll
+          for (int j = 0; j < NACC / 4; ++j)
+#pragma unroll
+            for (int e2 = 0; e2 < 2; ++e2) {
+              const float cs = col_scale(nb * BN + cn + 8 * j + 2 * (lane & 3) + e2, gw);
+#pragma unroll
+              for (int h = 0; h < 2; ++h) acc[j * 4 + h * 2 + e2] += t[j * 4 + h * 2 + e2] * (rs[h] * cs);
+            }
+        } else {
+#pragma unroll
+          for (int i = 0; i < NACC; ++i) acc[i] += t[i];
+        }
+      };
+      // QGMMA m64 x WN (n128, or n64 for 64-row M-blocks)
+      auto qmma = [&](float (&t)[NACC], uint64_t da, uint64_t db, int sd) {
+        if constexpr (WN == 128) wgmma_n128_e4m3(t, da, db, sd);
+        else wgmma_n64_e4m3(t, da, db, sd);
+      };
+      byte_kloop([&](const uint8_t* a_st, const uint8_t* b_st) {
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) qmma(tmp0, smem_desc(a_st + kk * 32), smem_desc(b_st + kk * 32), kk);
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk)
+          qmma(tmp1, smem_desc(a_st + BM * 128 + kk * 32), smem_desc(b_st + BN * 128 + kk * 32), kk);
+      }, [&](int kb) {
+        promote(tmp0, kb * BK, 0);
+        promote(tmp1, kb * BK + 128, 1);
+      }, prefetch);
+      if (!chunked) each_scale([&](int i, float cs, float r) { acc[i] *= r * cs; });  // one scale pair for all of K
+    } else {
+      wide_kloop([&](uint64_t da, uint64_t db) {
+        if constexpr (WN == 256) {
+          if constexpr (std::is_same_v<Op, BF16>) wgmma_n256_bf16(acc, da, db, 1);
+          else wgmma_n256_f16(acc, da, db, 1);
+        } else {
+          if constexpr (std::is_same_v<Op, BF16>) wgmma_n128_bf16(acc, da, db, 1);
+          else wgmma_n128_f16(acc, da, db, 1);
+        }
+      });
+    }
+
+    // ---- epilogue: thread holds rows row_base + {0, 8}, columns 8 j + 2 (lane & 3) + {0, 1}
+    using T = typename Op::T;
+    if (p.bias != nullptr && !staged) named_bar_sync(1, ncons);  // the staged biases (each_scale synced the others)
+    if (p.stage == 1) {
+      // prepared columns: n16 tile q holds 8 gate rows (j = 2q) then the 8 matching up rows (2q + 1).
+      // Activation switch outside the loops (with_act): the per-element code is branch-free.
+      with_act(p.act, [&](auto act) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          T* hrow = static_cast<T*>(p.out) + static_cast<size_t>(row_base + h * 8) * p.ldo;
+#pragma unroll
+          for (int q = 0; q < NACC / 8; ++q) {
+            const int tile = nb * (BN / 16) + cn / 16 + q;
+            const int i = tile * 8 + 2 * (lane & 3);
+            if (i >= p.half) continue;
+            float hv[2];
+#pragma unroll
+            for (int e2 = 0; e2 < 2; ++e2) {
+              float g = acc[(2 * q) * 4 + h * 2 + e2], u = acc[(2 * q + 1) * 4 + h * 2 + e2];
+              if (p.bias != nullptr) {
+                const int c = cn / 2 + q * 8 + 2 * (lane & 3) + e2;  // the tile's intermediate column i + e2
+                g += s_bias[c];
+                u += s_bias[BN / 2 + c];
+              }
+              hv[e2] = act(g, u);
+            }
+            *reinterpret_cast<uint32_t*>(hrow + i) = Op::pack(hv[0], hv[1]);
+          }
+        }
+      });
+    } else {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      {
+        const int sid = o_sid[h];
+        if (sid >= p.numel) continue;
+        const float w = o_w[h];
+        float* orow = static_cast<float*>(p.out) + static_cast<size_t>(sid) * p.ldo;
+#pragma unroll
+        for (int j = 0; j < NACC / 4; ++j) {
+          const int n = nb * BN + cn + 8 * j + 2 * (lane & 3);
+          if (n >= p.n) continue;
+          float v0 = acc[j * 4 + h * 2], v1 = acc[j * 4 + h * 2 + 1];
+          if (p.bias != nullptr) {
+            v0 += s_bias[n - nb * BN];
+            v1 += s_bias[n - nb * BN + 1];
+          }
+          *reinterpret_cast<float2*>(orow + n) = make_float2(v0 * w, v1 * w);
+        }
+      }
+    }
+    }
+    QMOE_TRACE(3);
+    it += nk;
+  }  // tiles
 #endif
 }
 
@@ -1584,7 +1632,8 @@ void launch_gemm(const Sm90Gemm& p, cudaStream_t s) {
   const CUtensorMap ma = make_map(p.a, FP8, p.k, p.a_rows, static_cast<int64_t>(p.a_pitch) * esz, BM);
   const int ntn = (p.np + C::BN - 1) / C::BN;
   const int groups = (p.max_blocks + kGroupM - 1) / kGroupM;
-  const dim3 grid(static_cast<unsigned>(groups * kGroupM * ntn));
+  const int tiles = groups * kGroupM * ntn;
+  const dim3 grid(static_cast<unsigned>(p.tile_counter != nullptr ? std::min(tiles, device_sm_count()) : tiles));
   kern<<<grid, 384, C::SMEM, s>>>(ma, p);
   QMOE_CUDA_LAUNCH_OK();
 #ifdef QMOE_SM90_TRACE

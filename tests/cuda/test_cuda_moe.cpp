@@ -468,6 +468,62 @@ TEST(CudaSm90, Fp8BlockScalesByTileHalf) {
     }
 }
 
+// The persistent tile kernel (one CTA per SM walking the tiles, the ring of stages running on
+// across them) against one CTA per tile (QMOE_CUDA_PERSIST=0): bit-identical outputs (each tile's
+// arithmetic is the same) and the reference, with several tiles per CTA (E = 64, H = 512,
+// I = 256, M = 2048 top-4: 128 +- 11 rows per expert, so most experts' second M-block is a
+// one-warpgroup tail; 256-512 tiles per GEMM), an expert with no tokens, expert parallelism, on
+// 16-bit, fp8 per channel, fp8 1x128 blocks (with biases) and INT8 weights.
+TEST(CudaSm90, PersistentTileKernelMatchesOneCtaPerTile) {
+  SKIP_WITHOUT_GPU();
+  SKIP_WITHOUT_SM90();
+  std::vector<Case> cases;
+  auto add = [&](std::string n, auto f) { add_case(cases, std::move(n), f); };
+  add("bf16", [](auto&) {});
+  add("fp8_channel_token", [](auto& sp) {
+    sp.kind = SchemeKind::kFP8W8A8; sp.fp8_strategy = Strategy::kChannel; sp.act = ActQuant::kFP8Token; });
+  add("fp8_block_group128_bias", [](auto& sp) {
+    sp.kind = SchemeKind::kFP8W8A8; sp.fp8_strategy = Strategy::kBlock; sp.act = ActQuant::kFP8Group128;
+    sp.block = {128, 128}; sp.bias = true; });
+  add("int8_w8a8", [](auto& sp) { sp.kind = SchemeKind::kINT8W8A8; sp.group_size = 0; });
+  const int E = 64, H = 512, I = 256, k = 4;
+  for (size_t ci = 0; ci < cases.size(); ++ci) {
+    const Case& c = cases[ci];
+    ExpertWeights w = make_weights(c.spec, E, H, I, 1500 + static_cast<int>(ci));
+    cuda::DevExperts ex = cuda::prepare(w, Activation::kSiluMul);
+    std::optional<ExpertWeights> rounded;
+    for (int mode : {0, 2}) {  // 2: expert 3 gets no token
+      for (bool ep : {false, true}) {
+        if (ep && mode == 2) continue;
+        const int64_t m = 2048;
+        // expert parallelism: 80 global experts, every fifth one on another rank
+        std::vector<int32_t> emap;
+        if (ep)
+          for (int g = 0, l = 0; g < 80; ++g) emap.push_back(g % 5 == 4 ? -1 : l++);
+        const int eg = ep ? 80 : E;
+        MoeConfig cfg = config(eg, k);
+        cfg.expert_map = emap;
+        Tensor x = test::random_tensor(w.act_dtype, {m, H}, 1510 + mode + ep);
+        Routing r = random_routing(m, k, eg, 1520 + mode + ep, mode);
+        const std::string kern = cuda::forward_kernels(ex, m, k);
+        ASSERT_NE(kern.find("sm90-wgmma"), std::string::npos) << c.name << " ran " << kern;
+        const std::string what = str(c.name, " mode ", mode, ep ? " EP" : "", " M=", m, " (", kern, ")");
+        const Tensor persistent = run_device(ex, nullptr, x, r, false, emap);
+        Tensor per_tile;
+        {
+          test::ScopedEnv env("QMOE_CUDA_PERSIST", "0");
+          per_tile = run_device(ex, nullptr, x, r, false, emap);
+        }
+        ASSERT_EQ(persistent.nbytes(), per_tile.nbytes());
+        EXPECT_EQ(std::memcmp(persistent.raw(), per_tile.raw(), persistent.nbytes()), 0)
+            << what << ": the persistent kernel differs from one CTA per tile";
+        Tensor want = ref::reference_forward_routed(w, cfg, nullptr, x, r.w, r.ids);
+        expect_reference(persistent, want, w, cfg, x, r, kern, tol_for(w, kern), what, rounded);
+      }
+    }
+  }
+}
+
 // The quantized-weight wgmma kernel's 32- and 64-row token tiles (wgmma m64n32 / m64n64, A = the
 // dequantized weights from registers; select_sm90 takes them at up to 24 / 48 rows per expert),
 // forced (QMOE_CUDA_WQ_TN, QMOE_CUDA_WGMMA_MIN_ROWS) on every format the kernel runs: rows per

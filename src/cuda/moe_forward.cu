@@ -144,8 +144,8 @@ bool w4a8_qgmma_on() { return env_on("QMOE_CUDA_W4A8_QGMMA"); }
 // read per plan).
 bool fp8_block_slots_on() { return env_on("QMOE_CUDA_FP8_BLOCK_SLOTS"); }
 
-// The Hopper tile kernel persistent (Sm90Gemm::tile_counter); QMOE_CUDA_PERSIST=0: one CTA per tile
-// (measurements, tests; read per plan).
+// The Hopper tile kernel and the one-CTA quantized-weight (wq) kernels persistent
+// (Sm90Gemm::tile_counter); QMOE_CUDA_PERSIST=0: one CTA per tile (measurements, tests; read per plan).
 bool persist_on() { return env_on("QMOE_CUDA_PERSIST"); }
 
 // One consumer warpgroup for an expert's last 128-row M-block when it holds <= 64 live rows
@@ -261,8 +261,8 @@ struct ExpertsPlan {
   bool q8 = false;
   // fp8 block weight scales by tile half on the Hopper tile kernel (Sm90Gemm::block_slots)
   bool block_slots = false;
-  // the tile kernel persistent: GEMM1's and GEMM2's tile counters (Sm90Gemm::tile_counter), zeroed
-  // before align
+  // the tile / wq kernels persistent: GEMM1's and GEMM2's tile counters (Sm90Gemm::tile_counter),
+  // zeroed before align
   int32_t* tile_counters = nullptr;
   void* xq = nullptr;
   float* xq_scale = nullptr;
@@ -315,7 +315,7 @@ struct ExpertsPlan {
       q8 = op.wq && ex.fmt == WFmt::kU4 && ex.act_quant == ActQuant::kFP8Token && q8_fits(ex.w13) &&
            q8_fits(ex.w2) && w4a8_qgmma_on();
       block_slots = ex.fmt == WFmt::kFP8 && fp8_block_slots_on();
-      if (!op.wq && !stream && persist_on()) tile_counters = cv.take<int32_t>(2);
+      if (!stream && persist_on()) tile_counters = cv.take<int32_t>(2);
       as = cv.take<char>(static_cast<size_t>(cap) * ex.w13.kp * esz);
       hs = cv.take<char>(static_cast<size_t>(cap) * ex.w2.kp * 2);
       if (op.bytes || q8) {

@@ -37,9 +37,9 @@ struct Sm90Gemm {
   // 1: a 128-row M-block with at most 64 live rows (an expert's last) runs on one consumer
   // warpgroup (the 16-bit / fp8 / INT8 kernel); 0 (QMOE_CUDA_HALF_TAIL=0, for measurements): on two
   int half_tail = 1;
-  // the tile kernel (launch_sm90_gemm): non-null, one CTA per SM takes tiles from this counter (zero
-  // at launch) and loads the next tile's stages during an epilogue; null (QMOE_CUDA_PERSIST=0,
-  // measurements): one CTA per tile
+  // the tile kernel and the one-CTA wq kernels: non-null, one CTA per SM takes tiles from this
+  // counter (zero at launch) and loads the next tile's stages during an epilogue; null
+  // (QMOE_CUDA_PERSIST=0, measurements): one CTA per tile
   int32_t* tile_counter = nullptr;
   // streaming kernel: 1 reads each weight box with an L2 evict-first policy (read once), so the
   // M-block's token tiles, read again for every box, stay in L2; 0 (QMOE_CUDA_STREAM_HINT=0): default policy

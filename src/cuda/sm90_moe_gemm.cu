@@ -852,8 +852,15 @@ struct WqCfg {
   static constexpr int W_ST = 8 * ATOMS * WqFmt<F>::UNIT;  // 8 n16 tiles
   static constexpr int RING = kWqRingBytes / wq_ctas<F, TN, SC>();
   static constexpr int STAGES = TN == 128 ? kWqStages : (RING / (X_ST + W_ST) < 12 ? RING / (X_ST + W_ST) : 12);
-  static constexpr int SMEM = STAGES * (X_ST + W_ST) + 2 * STAGES * 8 + 3 * TN * 4 + 1024;  // + row scales, slots, weights
+  // + row scales, slots, weights, the tile of each stage (persistent kernel), alignment
+  static constexpr int SMEM = STAGES * (X_ST + W_ST) + 2 * STAGES * 8 + 3 * TN * 4 + STAGES * 4 + 1024;
 };
+// One-CTA wq kernels are persistent where Sm90Gemm::tile_counter is non-null (as the tile kernel);
+// two-CTA kernels already overlap one CTA's fill and epilogue with the other's mainloop.
+template <WFmt F, int TN, int SC>
+constexpr bool wq_persist() {
+  return wq_ctas<F, TN, SC>() == 1;
+}
 // W4A8 with fp8 activations on QGMMA (the wq kernel's Q8 form, Sm90Gemm::q8). The int4 codes become
 // e4m3 operands in registers: each pair of (u - z) is made exact in fp16 (dq_u4_pair, |u - z| <= 15)
 // and converted by cvt.rn.satfinite.e4m3x2.f16x2 (exact: e4m3 holds every integer up to 16), so
@@ -938,23 +945,30 @@ __global__ void __launch_bounds__(384, wq_ctas<F, TN, SC>())
   uint8_t* sW = smem + STAGES * C::X_ST;
   uint64_t* full = reinterpret_cast<uint64_t*>(sW + STAGES * C::W_ST);
   uint64_t* empty = full + STAGES;
+  int* s_tile = reinterpret_cast<int*>(reinterpret_cast<float*>(empty + STAGES) + 3 * TN);  // [STAGES]
 
+  constexpr bool PERSIST = wq_persist<F, TN, SC>();
   const int ntn = (p.np + 127) / 128;  // 128 weight rows per CTA
-  const int L = blockIdx.x;
-  const int group = L / (kGroupM * ntn), rem = L % (kGroupM * ntn);
-  const int nb = rem / kGroupM, mb = group * kGroupM + rem % kGroupM;
-  if (mb >= p.max_blocks || mb * TN >= *p.num_post) return;
-  const int e = p.expert_ids[mb];
-  if (e < 0) return;
-  // An expert's last M-block often holds few live rows (align puts its padding after them): with
-  // at most TN / 2, the consumers multiply the first TN / 2 token columns only (half the tensor
-  // work; the other half's accumulators stay zero and belong to padding positions). H200
-  // (eleventh session, r5): int4 / W4A8 at M = 256-4096 1.037x geomean. fp4 units on 128-row tiles
-  // measured 4-11% slower with it in the eleventh session (fragments-first kernel); with the
-  // interleaved kernel 1.009x geomean over NVFP4A16 / MXFP4 / NVFP4 at M = 256-4096 (twelfth
-  // session, r8: MXFP4 up to 1.08x, NVFP4A16 0.97-1.05x), so every tile takes it.
-  const bool half = p.half_tail && p.sorted_ids[mb * TN + TN / 2] >= p.numel;
-
+  const int ntiles = (p.max_blocks + kGroupM - 1) / kGroupM * kGroupM * ntn;
+  const int used_rows = *p.num_post;
+  // tile L's M-block, N tile and expert (the grouped raster of the tile kernel); false where it
+  // has none (past the used M-blocks, or an expert of another rank)
+  auto tile_at = [&](int L, int& mb, int& nb, int& e) {
+    const int group = L / (kGroupM * ntn), rem = L % (kGroupM * ntn);
+    nb = rem / kGroupM;
+    mb = group * kGroupM + rem % kGroupM;
+    if (mb >= p.max_blocks || mb * TN >= used_rows) return false;
+    e = p.expert_ids[mb];
+    return e >= 0;
+  };
+  // PERSIST: tiles from p.tile_counter as the tile kernel takes them (CTA b: tile b, then gridDim.x +
+  // atomicAdd), the producer writing each tile's index beside its first stage (s_tile, -1: no
+  // more) and the ring running on across tiles, so the next tile's stages load during an epilogue.
+  // Otherwise (two-CTA kernels) one tile per CTA, as before.
+  int mb = 0, nb = 0, e = 0;
+  if constexpr (!PERSIST) {
+    if (!tile_at(blockIdx.x, mb, nb, e)) return;
+  }
   const int wg = threadIdx.x >> 7, tid = threadIdx.x & 127;
   if (threadIdx.x == 0) {
 #pragma unroll
@@ -968,7 +982,6 @@ __global__ void __launch_bounds__(384, wq_ctas<F, TN, SC>())
   const int nk = (p.k + 127) / 128;
   const int ntiles16 = p.np / 16;
   const int katoms = p.kp / KA;
-  const uint8_t* wexp = static_cast<const uint8_t*>(p.w) + static_cast<size_t>(e) * ntiles16 * katoms * UNIT;
 
   if (wg == 0) {
     if constexpr (wq_ctas<F, TN, SC>() == 2) setmaxnreg_dec<24>();  // 80 at launch: 128 x 24 + 256 x 104 <= 384 x 80
@@ -977,20 +990,34 @@ __global__ void __launch_bounds__(384, wq_ctas<F, TN, SC>())
       asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&tma_x)) : "memory");
       int s = 0;
       uint32_t ph = 1;
-      for (int kb = 0; kb < nk; ++kb) {
-        mbar_wait(&empty[s], ph);
-        // the last stage may hold fewer atoms than a full one (kp is a multiple of 64 only)
-        const int atoms = min(ATOMS, katoms - kb * ATOMS);
-        mbar_expect_tx(&full[s], C::X_ST + 8 * atoms * UNIT);
-        tma_load_2d(sX + s * C::X_ST, &tma_x, &full[s], kb * 128, mb * TN);
-        if constexpr (!Q8) tma_load_2d(sX + s * C::X_ST + TN * 128, &tma_x, &full[s], kb * 128 + 64, mb * TN);
-#pragma unroll
-        for (int t = 0; t < 8; ++t) {
-          const int gt = min(nb * 8 + t, ntiles16 - 1);  // rows past np: any atoms, never stored
-          bulk_load(sW + s * C::W_ST + t * ATOMS * UNIT, wexp + (static_cast<size_t>(gt) * katoms + kb * ATOMS) * UNIT,
-                    atoms * UNIT, &full[s]);
+      for (int L = blockIdx.x;; L = p.tile_counter != nullptr ? gridDim.x + atomicAdd(p.tile_counter, 1) : ntiles) {
+        if constexpr (PERSIST) {
+          if (L >= ntiles) {  // no more tiles: -1 beside the next stage, its full barrier completed without data
+            mbar_wait(&empty[s], ph);
+            s_tile[s] = -1;
+            mbar_arrive(&full[s]);
+            break;
+          }
+          if (!tile_at(L, mb, nb, e)) continue;
         }
-        if (++s == STAGES) { s = 0; ph ^= 1; }
+        const uint8_t* wexp = static_cast<const uint8_t*>(p.w) + static_cast<size_t>(e) * ntiles16 * katoms * UNIT;
+        for (int kb = 0; kb < nk; ++kb) {
+          mbar_wait(&empty[s], ph);
+          if (PERSIST && kb == 0) s_tile[s] = L;  // published by the barrier's arrival
+          // the last stage may hold fewer atoms than a full one (kp is a multiple of 64 only)
+          const int atoms = min(ATOMS, katoms - kb * ATOMS);
+          mbar_expect_tx(&full[s], C::X_ST + 8 * atoms * UNIT);
+          tma_load_2d(sX + s * C::X_ST, &tma_x, &full[s], kb * 128, mb * TN);
+          if constexpr (!Q8) tma_load_2d(sX + s * C::X_ST + TN * 128, &tma_x, &full[s], kb * 128 + 64, mb * TN);
+#pragma unroll
+          for (int t = 0; t < 8; ++t) {
+            const int gt = min(nb * 8 + t, ntiles16 - 1);  // rows past np: any atoms, never stored
+            bulk_load(sW + s * C::W_ST + t * ATOMS * UNIT, wexp + (static_cast<size_t>(gt) * katoms + kb * ATOMS) * UNIT,
+                      atoms * UNIT, &full[s]);
+          }
+          if (++s == STAGES) { s = 0; ph ^= 1; }
+        }
+        if constexpr (!PERSIST) break;
       }
     }
     return;
@@ -999,379 +1026,403 @@ __global__ void __launch_bounds__(384, wq_ctas<F, TN, SC>())
   if constexpr (wq_ctas<F, TN, SC>() == 2) setmaxnreg_inc<104>();
   else setmaxnreg_inc<232>();
   const int cw = wg - 1, warp = tid >> 5, lane = tid & 31;
-  const int tile16 = nb * 8 + cw * 4 + warp;  // this warp's n16 tile of prepared rows
-  // this thread's two weight rows (prepared order): tile16 * 16 + h * 8 + lane / 4
-  int orow[2];
-  bool rok[2];
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    const int n = tile16 * 16 + h * 8 + (lane >> 2);
-    orow[h] = orig_row(p, n);
-    rok[h] = n < p.np && orow[h] < p.n;
-  }
-  const float zsym = F == WFmt::kU4 ? 8.f : 128.f;
-  float zf[2] = {zsym, zsym};
-  uint32_t zm[2], zq[2];  // zq (Q8): -(64 + z) for the pairs scaled by 1/16 (dq_u4_word_f16)
-  zm[0] = zm[1] = CvOp::pack(CvOp::kInt4Base + zsym, CvOp::kInt4Base + zsym);
-  zq[0] = zq[1] = F16::pack(-(64.f + zsym), -(64.f + zsym));
-  // the two rows' scale / zero-point columns, so that a group's value is one 32-bit offset away
-  // (the 64-bit index arithmetic per load was ~40 instructions per stage: ncu, seventeenth session)
-  const float* zrow[2] = {nullptr, nullptr};
-  const float* srow[2] = {nullptr, nullptr};
-#pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    if (!rok[h]) continue;
-    if (p.zero != nullptr) zrow[h] = p.zero + static_cast<size_t>(e) * p.kg * p.n + orow[h];
-    if (!FP4) srow[h] = p.col_scale + static_cast<size_t>(e) * p.kg * p.nsc + orow[h];
-  }
-  auto zero_of = [&](int h, int g) -> float { return rok[h] ? zrow[h][g * p.n] : zsym; };
-  auto set_zero = [&](float z0, float z1) {
-    zf[0] = z0;
-    zf[1] = z1;
+  int s = 0;  // the ring's stage slot and phase, running on across tiles
+  uint32_t ph = 0;
+  for (;;) {
+    if constexpr (PERSIST) {
+      mbar_wait(&full[s], ph);
+      const int L = s_tile[s];  // rewritten only after both warpgroups release the stage
+      // every thread reads the same L, but ptxas cannot know that of a shared-memory load: the vote
+      // (a warp-uniform predicate) keeps the loop, and the wgmmas in it, on a convergent path (a
+      // branch on L itself: ptxas serialized the wgmmas, C7520)
+      if (__any_sync(0xffffffffu, L < 0)) break;
+      tile_at(L, mb, nb, e);  // a tile with an M-block and an expert (the producer skipped the others)
+      named_bar_sync(2, 256);  // both warpgroups are done with the previous tile's staged scales and slots
+    }
+    // An expert's last M-block often holds few live rows (align puts its padding after them): with
+    // at most TN / 2, the consumers multiply the first TN / 2 token columns only (half the tensor
+    // work; the other half's accumulators stay zero and belong to padding positions). H200
+    // (eleventh session, r5): int4 / W4A8 at M = 256-4096 1.037x geomean. fp4 units on 128-row tiles
+    // measured 4-11% slower with it in the eleventh session (fragments-first kernel); with the
+    // interleaved kernel 1.009x geomean over NVFP4A16 / MXFP4 / NVFP4 at M = 256-4096 (twelfth
+    // session, r8: MXFP4 up to 1.08x, NVFP4A16 0.97-1.05x), so every tile takes it.
+    // (a vote, for the same reason as the tile's: mb is uniform but comes from shared memory)
+    const bool half = __all_sync(0xffffffffu, p.half_tail && p.sorted_ids[mb * TN + TN / 2] >= p.numel);
+    const int tile16 = nb * 8 + cw * 4 + warp;  // this warp's n16 tile of prepared rows
+    // this thread's two weight rows (prepared order): tile16 * 16 + h * 8 + lane / 4
+    int orow[2];
+    bool rok[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      zm[h] = CvOp::pack(CvOp::kInt4Base + zf[h], CvOp::kInt4Base + zf[h]);
-      if constexpr (Q8) zq[h] = F16::pack(-(64.f + zf[h]), -(64.f + zf[h]));
+      const int n = tile16 * 16 + h * 8 + (lane >> 2);
+      orow[h] = orig_row(p, n);
+      rok[h] = n < p.np && orow[h] < p.n;
     }
-  };
-  auto scale_of = [&](int h, int g) -> float { return rok[h] ? __ldg(srow[h] + g * p.nsc) : 0.f; };
-  constexpr bool grouped = !CHANNEL && !FP4;     // scales change along K (per weight group)
-  // accumulate straight into acc; Q8 never does: QGMMA partials are promoted into fp32 every 128-k
-  // stage (channel scales: added unscaled, the row scale applied once at the end)
-  constexpr bool channel = (CHANNEL || FP4 || FOLD) && !Q8;
-  // the M-block's activation scales (W4A8, W4A4), staged before the mainloop for the epilogue
-  float* s_rs = reinterpret_cast<float*>(empty + STAGES);
-  if (p.row_scale != nullptr && cw == 0 && tid < TN) s_rs[tid] = p.row_scale[static_cast<size_t>(mb * TN + tid) * p.rs_groups];
-  // GEMM2: the M-block's output slots and router weights, staged before the mainloop (two
-  // dependent loads per token in the epilogue waited ~2 memory round trips)
-  int* s_sid = reinterpret_cast<int*>(s_rs + TN);
-  float* s_w = reinterpret_cast<float*>(s_sid + TN);
-  if (p.stage == 2 && cw == 1 && tid < TN) {
-    const int sid = p.sorted_ids[mb * TN + tid];
-    s_sid[tid] = sid;
-    s_w[tid] = sid < p.numel && p.topk_w != nullptr ? p.topk_w[sid] : 1.f;
-  }
-  // this thread's two rows' scales for all of K (channel / fp4 global) and biases, loaded before
-  // the mainloop too (stage 1: the gate and up bias of intermediate column tile16 * 8 + lane / 4)
-  float rsc[2] = {1.f, 1.f}, rb[2] = {0.f, 0.f};
+    const float zsym = F == WFmt::kU4 ? 8.f : 128.f;
+    float zf[2] = {zsym, zsym};
+    uint32_t zm[2], zq[2];  // zq (Q8): -(64 + z) for the pairs scaled by 1/16 (dq_u4_word_f16)
+    zm[0] = zm[1] = CvOp::pack(CvOp::kInt4Base + zsym, CvOp::kInt4Base + zsym);
+    zq[0] = zq[1] = F16::pack(-(64.f + zsym), -(64.f + zsym));
+    // the two rows' scale / zero-point columns, so that a group's value is one 32-bit offset away
+    // (the 64-bit index arithmetic per load was ~40 instructions per stage: ncu, seventeenth session)
+    const float* zrow[2] = {nullptr, nullptr};
+    const float* srow[2] = {nullptr, nullptr};
 #pragma unroll
-  for (int h = 0; h < 2; ++h) {
-    if constexpr (FP4) {
-      if (rok[h] && p.col_scale != nullptr) rsc[h] = p.col_scale[static_cast<size_t>(e) * p.nsc + orow[h] / p.n_div];
-    } else if constexpr (CHANNEL) {
-      rsc[h] = scale_of(h, 0);
+    for (int h = 0; h < 2; ++h) {
+      if (!rok[h]) continue;
+      if (p.zero != nullptr) zrow[h] = p.zero + static_cast<size_t>(e) * p.kg * p.n + orow[h];
+      if (!FP4) srow[h] = p.col_scale + static_cast<size_t>(e) * p.kg * p.nsc + orow[h];
     }
-    if (p.bias != nullptr) {
-      if (p.stage == 1) {
-        const int i = tile16 * 8 + (lane >> 2);
-        rb[h] = i < p.half ? p.bias[static_cast<size_t>(e) * p.n + h * p.half + i] : 0.f;
-      } else {
-        rb[h] = rok[h] ? p.bias[static_cast<size_t>(e) * p.n + orow[h]] : 0.f;
-      }
-    }
-  }
-  // stages per weight group (chunk % 128 == 0), per promotion (Q8 with channel scales: one)
-  const int chunk_kb = grouped ? p.chunk / 128 : Q8 ? 1 : nk;
-
-  float acc[TN / 2], tmp[TN / 2];
-#pragma unroll
-  for (int i = 0; i < TN / 2; ++i) acc[i] = tmp[i] = 0.f;
-  int s = 0, ic = 0, g = 0;  // stage slot, stage within the group, group
-  uint32_t ph = 0;
-  if (p.zero != nullptr) set_zero(zero_of(0, 0), zero_of(1, 0));
-  // the current group's scales, and the next group's scales / zero points: loaded before the
-  // group's last wgmmas are issued, used after they complete (a load at the promotion itself
-  // stalled the consumers ~20% of the time: ncu, mixtral-8x7b int4 g128 M = 4096)
-  float sc[2] = {0.f, 0.f}, sn[2] = {0.f, 0.f}, zn[2] = {zsym, zsym};
-  if constexpr (grouped) sc[0] = scale_of(0, 0), sc[1] = scale_of(1, 0);
-  // kScFold: the current group's scales of rows g / g + 8 as operand pairs (exact: Sm90Gemm::fold)
-  uint32_t sf[2] = {0u, 0u};
-  if constexpr (FOLD) sf[0] = Op::pack(sc[0], sc[0]), sf[1] = Op::pack(sc[1], sc[1]);
-  // One stage's 8 k16 steps: step st's A fragment is dequantized, then its wgmma issued at once, so
-  // the tensor pipe starts on step 0 while the warps dequantize the later steps (each step keeps its
-  // own fragment registers until the stage's wait). The descriptors are the stage's base plus
-  // constant offsets, and whole / half token tiles are two straight copies of the loop (a branch per
-  // wgmma split the chain: one WARPGROUP.ARRIVE and scoreboard per HGMMA in its own block).
-  // H200, ncu (twelfth session): with all 8 fragments dequantized before the first wgmma the
-  // tensor pipe was 46% busy on mixtral-8x7b int4 g128 M = 4096 (the 16-bit tile kernel 84%).
-  // Two-CTA kernels (80 registers at launch) keep the fragments-first order: interleaved, ptxas
-  // serializes their wgmmas for want of registers (C7512).
-  constexpr bool kInterleave = wq_ctas<F, TN, SC>() == 1;
-  // Interleaved kernels that accumulate straight into acc (channel or folded scales, fp4 units) or
-  // have 64-row tiles load a stage's raw shared-memory words while the previous stage's wgmmas run (its full
-  // barrier waited for there), so a stage starts on its first conversion. H200 (r5, A/B in one
-  // run): fp4 / channel 128-row tiles 1.00-1.08x, int4 / W4A8 64-row tiles 1.02-1.03x; the
-  // group-scale 128-row kernels 0.79-0.88x (and 0.78-0.89x with the words loaded after their
-  // wgmmas complete, before the promotion: r7), so they load a stage's words at its start.
-  constexpr bool kPrefetch = kInterleave && (channel || TN != kBM);
-  // A stage's raw shared-memory words of this warp's n16 tile: unit u's 16 code bytes per lane and
-  // (fp4) rows g / g + 8's block-scale words, then k16 step st's exact A fragment from them.
-  constexpr int RAWN = 8 / (KA / 16);  // units per stage: 2 (int4 atoms, fp4 units), 4 (int8 atoms)
-  struct Raw {
-    uint4 v[RAWN];
-    uint32_t sw[FP4 ? RAWN : 1][2];
-  };
-  // grp >= 0 (fragments-first order, step by step): an MXFP4 unit's group grp byte alone
-  const auto load_unit = [&](const uint8_t* w_st, int u, Raw& r, int grp = -1) {
-    const uint8_t* unit = w_st + u * UNIT;
-    r.v[u] = *reinterpret_cast<const uint4*>(unit + lane * 16);
-    if constexpr (FP4) {
+    auto zero_of = [&](int h, int g) -> float { return rok[h] ? zrow[h][g * p.n] : zsym; };
+    auto set_zero = [&](float z0, float z1) {
+      zf[0] = z0;
+      zf[1] = z1;
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const int row = h * 8 + (lane >> 2);
-        if constexpr (F == WFmt::kNV4) r.sw[u][h] = *reinterpret_cast<const uint32_t*>(unit + 512 + row * 4);
-        else if (grp >= 0) r.sw[u][h] = unit[512 + row * 2 + grp];
-        else r.sw[u][h] = *reinterpret_cast<const uint16_t*>(unit + 512 + row * 2);  // e8m0 of k 0-31, 32-63
-      }
-    }
-  };
-  const auto convert = [&](const Raw& r, int kb, int st, uint32_t (&af)[4], bool one_grp = false) {
-    if constexpr (FP4) {
-      // unit st / 4, its k16 block b = st % 4; rows g (h = 0) and g + 8 (h = 1)
-      const int u = st >> 2, b = st & 3;
-      const uint4 v = r.v[u];
-      const uint32_t w = b == 0 ? v.x : b == 1 ? v.y : b == 2 ? v.z : v.w;
-      uint32_t s2[2] = {0u, 0u};
-      // the last stage of an odd unit count holds one unit: the other slot is stale shared
-      // memory whose scale bytes may decode to inf (inf x the zero-filled tokens = NaN)
-      if (kb * ATOMS + u < katoms)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        if constexpr (F == WFmt::kNV4) {
-          // blocks (b & ~1, b | 1) as a pair, times 2^(126 + c); broadcast block b
-          const uint32_t pr = Op::mul2(dq_fp8_pair<Op>(r.sw[u][h], b & 2), Fp4Bits<Op>::kFold);
-          s2[h] = __byte_perm(pr, 0u, (b & 1) ? 0x3232 : 0x1010);
-        } else {
-          const uint32_t e = one_grp ? r.sw[u][h] : __byte_perm(r.sw[u][h], 0u, 0x4440 | (b >> 1));
-          s2[h] = mx_scale_pair<Op>(e);  // group b / 2 of 32 k
-        }
-      }
-      af[0] = Op::mul2(e2m1_raw_pair<Op, 0>(w), s2[0]);  // rows g,     k 2t..
-      af[1] = Op::mul2(e2m1_raw_pair<Op, 2>(w), s2[1]);  // rows g + 8, k 2t..
-      af[2] = Op::mul2(e2m1_raw_pair<Op, 1>(w), s2[0]);  // rows g,     k 2t + 8..
-      af[3] = Op::mul2(e2m1_raw_pair<Op, 3>(w), s2[1]);  // rows g + 8, k 2t + 8..
-    } else if constexpr (F == WFmt::kU4) {
-      const uint4 v = r.v[st >> 2];
-      const uint32_t w = (st & 3) == 0 ? v.x : (st & 3) == 1 ? v.y : (st & 3) == 2 ? v.z : v.w;
-      af[0] = dq_u4_pair<Op>(w, 0, zm[0]);  // rows g,     k 2t..
-      af[1] = dq_u4_pair<Op>(w, 2, zm[1]);  // rows g + 8, k 2t..
-      af[2] = dq_u4_pair<Op>(w, 1, zm[0]);  // rows g,     k 2t + 8..
-      af[3] = dq_u4_pair<Op>(w, 3, zm[1]);  // rows g + 8, k 2t + 8..
-      if constexpr (FOLD) {  // (u - z) * scale, rounded once to the operand dtype
-        af[0] = Op::mul2(af[0], sf[0]);
-        af[1] = Op::mul2(af[1], sf[1]);
-        af[2] = Op::mul2(af[2], sf[0]);
-        af[3] = Op::mul2(af[3], sf[1]);
-      }
-    } else {
-      const uint4 v = r.v[st >> 1];
-      const uint32_t w0 = (st & 1) ? v.z : v.x, w1 = (st & 1) ? v.w : v.y;  // n half 0 / 1
-      af[0] = dq_u8_pair<Op>(w0, 0, zf[0]);
-      af[1] = dq_u8_pair<Op>(w1, 0, zf[1]);
-      af[2] = dq_u8_pair<Op>(w0, 2, zf[0]);
-      af[3] = dq_u8_pair<Op>(w1, 2, zf[1]);
-    }
-  };
-  // Q8: k32 step t of a stage from the words of k16 steps 2t, 2t + 1 (atom t / 2), rows g / g + 8
-  const auto convert_q8 = [&](const Raw& r, int t, uint32_t (&af)[4]) {
-    const uint4 v = r.v[t >> 1];
-    uint32_t o0[4], o1[4];
-    dq_u4_word_f16((t & 1) ? v.z : v.x, zm, zq, o0);  // k16 step 2t
-    dq_u4_word_f16((t & 1) ? v.w : v.y, zm, zq, o1);  // k16 step 2t + 1
-    af[0] = e4m3x4(o0[0], o0[1]);  // row g,     k 4q..
-    af[1] = e4m3x4(o0[2], o0[3]);  // row g + 8, k 4q..
-    af[2] = e4m3x4(o1[0], o1[1]);  // row g,     k 16 + 4q..
-    af[3] = e4m3x4(o1[2], o1[3]);  // row g + 8, k 16 + 4q..
-  };
-  const auto stage_mma = [&](auto half_tag, const uint8_t* x_st, const uint8_t* w_st, const Raw& rpre, int kb,
-                             int sd0) {
-    constexpr bool H = decltype(half_tag)::value;
-    const uint64_t d0 = smem_desc(x_st);
-    Raw r;  // without the prefetch: all of the stage's shared-memory loads first
-    if constexpr (kPrefetch) {
-      r = rpre;
-    } else {
-#pragma unroll
-      for (int u = 0; u < RAWN; ++u) load_unit(w_st, u, r);
-    }
-    if constexpr (Q8) {  // 4 QGMMA k32 steps over the stage's one 128-byte box of codes
-      uint32_t aq[4][4];
-#pragma unroll
-      for (int t = 0; t < 4; ++t) {
-        convert_q8(r, t, aq[t]);
-        wgmma_fence();
-        const uint64_t db = d0 + static_cast<uint64_t>((t * 32) >> 4);
-        wgmma_ra_q8<TN, H>(tmp, aq[t], db, t == 0 ? sd0 : 1);  // promoted after the stage
-      }
-      return;
-    }
-    uint32_t af[8][4];
-#pragma unroll
-    for (int st = 0; st < 8; ++st) {
-      convert(r, kb, st, af[st]);
-      wgmma_fence();
-      const uint64_t db = d0 + static_cast<uint64_t>(((st >> 2) * TN * 128 + (st & 3) * 32) >> 4);
-      if constexpr (channel) wgmma_ra<Op, TN, H>(acc, af[st], db, 1);
-      else wgmma_ra<Op, TN, H>(tmp, af[st], db, st == 0 ? sd0 : 1);
-    }
-  };
-  // the fragments-first order with a branch per wgmma (two-CTA kernels)
-  const auto stage_mma_ff = [&](const uint8_t* x_st, const uint8_t* w_st, int kb, int sd0, auto&& preload) {
-    uint32_t af[8][4];
-#pragma unroll
-    for (int st = 0; st < 8; ++st) {
-      Raw r;
-      load_unit(w_st, st / (8 / RAWN), r, (st & 3) >> 1);
-      convert(r, kb, st, af[st], true);
-    }
-    preload();
-    wgmma_fence();
-#pragma unroll
-    for (int st = 0; st < 8; ++st) {
-      const uint64_t db = smem_desc(x_st + (st >> 2) * TN * 128 + (st & 3) * 32);
-      const int sd = st == 0 ? sd0 : 1;
-      if (half) wgmma_ra<Op, TN, true>(channel ? acc : tmp, af[st], db, channel ? 1 : sd);
-      else wgmma_ra<Op, TN>(channel ? acc : tmp, af[st], db, channel ? 1 : sd);
-    }
-  };
-  const int wtile = (cw * 4 + warp) * ATOMS * UNIT;  // this warp's n16 tile in a stage
-  Raw rw;
-  if constexpr (kPrefetch) {
-    mbar_wait(&full[0], 0);
-#pragma unroll
-    for (int u = 0; u < RAWN; ++u) load_unit(sW + wtile, u, rw);
-  }
-  for (int kb = 0; kb < nk; ++kb) {
-    if constexpr (!kPrefetch) mbar_wait(&full[s], ph);
-    const uint8_t* x_st = sX + s * C::X_ST;
-    const uint8_t* w_st = sW + s * C::W_ST + wtile;
-    const bool gdone = ic + 1 == chunk_kb || kb == nk - 1;  // this stage ends its weight group
-    const auto preload = [&] {
-      if (grouped && gdone && kb + 1 < nk) {
-        const int gn = min(g + 1, p.kg - 1);
-        sn[0] = scale_of(0, gn);
-        sn[1] = scale_of(1, gn);
-        if (p.zero != nullptr) zn[0] = zero_of(0, gn), zn[1] = zero_of(1, gn);
+        zm[h] = CvOp::pack(CvOp::kInt4Base + zf[h], CvOp::kInt4Base + zf[h]);
+        if constexpr (Q8) zq[h] = F16::pack(-(64.f + zf[h]), -(64.f + zf[h]));
       }
     };
-    const int sd0 = ic == 0 ? 0 : 1;  // a weight group's first k16 step starts its partial sums
-    if constexpr (!kInterleave) {
-      stage_mma_ff(x_st, w_st, kb, sd0, preload);
-    } else {
-      preload();
-      if (half) {
-        stage_mma(std::true_type{}, x_st, w_st, rw, kb, sd0);
-      } else {
-        stage_mma(std::false_type{}, x_st, w_st, rw, kb, sd0);
-      }
+    auto scale_of = [&](int h, int g) -> float { return rok[h] ? __ldg(srow[h] + g * p.nsc) : 0.f; };
+    constexpr bool grouped = !CHANNEL && !FP4;     // scales change along K (per weight group)
+    // accumulate straight into acc; Q8 never does: QGMMA partials are promoted into fp32 every 128-k
+    // stage (channel scales: added unscaled, the row scale applied once at the end)
+    constexpr bool channel = (CHANNEL || FP4 || FOLD) && !Q8;
+    // the M-block's activation scales (W4A8, W4A4), staged before the mainloop for the epilogue
+    float* s_rs = reinterpret_cast<float*>(empty + STAGES);
+    if (p.row_scale != nullptr && cw == 0 && tid < TN) s_rs[tid] = p.row_scale[static_cast<size_t>(mb * TN + tid) * p.rs_groups];
+    // GEMM2: the M-block's output slots and router weights, staged before the mainloop (two
+    // dependent loads per token in the epilogue waited ~2 memory round trips)
+    int* s_sid = reinterpret_cast<int*>(s_rs + TN);
+    float* s_w = reinterpret_cast<float*>(s_sid + TN);
+    if (p.stage == 2 && cw == 1 && tid < TN) {
+      const int sid = p.sorted_ids[mb * TN + tid];
+      s_sid[tid] = sid;
+      s_w[tid] = sid < p.numel && p.topk_w != nullptr ? p.topk_w[sid] : 1.f;
     }
-    wgmma_commit();
-    if constexpr (kPrefetch) {
-      if (kb + 1 < nk) {
-        const int s1 = s + 1 == STAGES ? 0 : s + 1;
-        mbar_wait(&full[s1], s + 1 == STAGES ? ph ^ 1u : ph);
+    // this thread's two rows' scales for all of K (channel / fp4 global) and biases, loaded before
+    // the mainloop too (stage 1: the gate and up bias of intermediate column tile16 * 8 + lane / 4)
+    float rsc[2] = {1.f, 1.f}, rb[2] = {0.f, 0.f};
 #pragma unroll
-        for (int u = 0; u < RAWN; ++u) load_unit(sW + s1 * C::W_ST + wtile, u, rw);
+    for (int h = 0; h < 2; ++h) {
+      if constexpr (FP4) {
+        if (rok[h] && p.col_scale != nullptr) rsc[h] = p.col_scale[static_cast<size_t>(e) * p.nsc + orow[h] / p.n_div];
+      } else if constexpr (CHANNEL) {
+        rsc[h] = scale_of(h, 0);
       }
-    }
-    wgmma_wait0();
-    if (lane == 0) mbar_arrive(&empty[s]);
-    if (++s == STAGES) { s = 0; ph ^= 1; }
-    ++ic;
-    if (gdone) {  // group done: promote with its scales, move to the next group's
-      if constexpr (grouped) {
-        if constexpr (!FOLD) {
-#pragma unroll
-          for (int j = 0; j < NJ; ++j) {
-            acc[j * 4 + 0] += tmp[j * 4 + 0] * sc[0];
-            acc[j * 4 + 1] += tmp[j * 4 + 1] * sc[0];
-            acc[j * 4 + 2] += tmp[j * 4 + 2] * sc[1];
-            acc[j * 4 + 3] += tmp[j * 4 + 3] * sc[1];
-          }
+      if (p.bias != nullptr) {
+        if (p.stage == 1) {
+          const int i = tile16 * 8 + (lane >> 2);
+          rb[h] = i < p.half ? p.bias[static_cast<size_t>(e) * p.n + h * p.half + i] : 0.f;
+        } else {
+          rb[h] = rok[h] ? p.bias[static_cast<size_t>(e) * p.n + orow[h]] : 0.f;
         }
-        sc[0] = sn[0];
-        sc[1] = sn[1];
-        if constexpr (FOLD) sf[0] = Op::pack(sc[0], sc[0]), sf[1] = Op::pack(sc[1], sc[1]);
-        if (p.zero != nullptr && kb + 1 < nk) set_zero(zn[0], zn[1]);
-      } else if constexpr (Q8) {
-#pragma unroll
-        for (int i = 0; i < TN / 2; ++i) acc[i] += tmp[i];
-      }
-      ic = 0;
-      ++g;
-    }
-  }
-  if (p.row_scale != nullptr) named_bar_sync(1, 256);  // the staged activation scales
-  if constexpr (FP4) {
-    // (row scale x global scale) x 2^-c, as moe_gemm_fp4.cu; the row scale (W4A4: 1 / G) by position
-#pragma unroll
-    for (int j = 0; j < NJ; ++j)
-#pragma unroll
-      for (int e2 = 0; e2 < 2; ++e2) {
-        const float rs = p.row_scale != nullptr ? s_rs[8 * j + 2 * (lane & 3) + e2] : 1.f;
-        acc[j * 4 + e2] *= (rs * rsc[0]) * Fp4Bits<Op>::kUnscale;
-        acc[j * 4 + 2 + e2] *= (rs * rsc[1]) * Fp4Bits<Op>::kUnscale;
-      }
-  } else {
-    if constexpr (CHANNEL) {
-      const float s0 = rsc[0], s1 = rsc[1];
-#pragma unroll
-      for (int j = 0; j < NJ; ++j) {
-        acc[j * 4 + 0] *= s0;
-        acc[j * 4 + 1] *= s0;
-        acc[j * 4 + 2] *= s1;
-        acc[j * 4 + 3] *= s1;
       }
     }
-    if (p.row_scale != nullptr) {  // W4A8: y = acc * s_a of the position's token
-#pragma unroll
-      for (int j = 0; j < NJ; ++j)
-#pragma unroll
-        for (int e2 = 0; e2 < 2; ++e2) {
-          const float rs = s_rs[8 * j + 2 * (lane & 3) + e2];
-          acc[j * 4 + e2] *= rs;
-          acc[j * 4 + 2 + e2] *= rs;
-        }
-    }
-  }
+    // stages per weight group (chunk % 128 == 0), per promotion (Q8 with channel scales: one)
+    const int chunk_kb = grouped ? p.chunk / 128 : Q8 ? 1 : nk;
 
-  // ---- epilogue: acc[j * 4 + h * 2 + e2] = (weight row tile16 * 16 + 8 h + lane / 4, token 8 j + 2 (lane & 3) + e2)
-  using T = typename Op::T;
-  if (p.stage == 1) {
-    // rows h = 0 are 8 gate rows, h = 1 the matching up rows: intermediate column i
-    const int i = tile16 * 8 + (lane >> 2);
-    if (i >= p.half) return;
-    const float bg = rb[0], bu = rb[1];
-    with_act(p.act, [&](auto act) {  // the activation switch outside the loops: branch-free elements
+    float acc[TN / 2], tmp[TN / 2];
 #pragma unroll
-      for (int j = 0; j < NJ; ++j)
-#pragma unroll
-        for (int e2 = 0; e2 < 2; ++e2) {
-          const int pos = mb * TN + 8 * j + 2 * (lane & 3) + e2;
-          const float hv = act(acc[j * 4 + e2] + bg, acc[j * 4 + 2 + e2] + bu);
-          static_cast<T*>(p.out)[static_cast<size_t>(pos) * p.ldo + i] = Op::from_f(hv);
-        }
-    });
-  } else {
-    named_bar_sync(1, 256);  // the staged slots and router weights
-#pragma unroll
-    for (int j = 0; j < NJ; ++j)
-#pragma unroll
-      for (int e2 = 0; e2 < 2; ++e2) {
-        const int t = 8 * j + 2 * (lane & 3) + e2;
-        const int sid = s_sid[t];
-        if (sid >= p.numel) continue;
-        const float w = s_w[t];
-        float* orow_out = static_cast<float*>(p.out) + static_cast<size_t>(sid) * p.ldo;
+    for (int i = 0; i < TN / 2; ++i) acc[i] = tmp[i] = 0.f;
+    int ic = 0, g = 0;  // stage within the group, group
+    if (p.zero != nullptr) set_zero(zero_of(0, 0), zero_of(1, 0));
+    // the current group's scales, and the next group's scales / zero points: loaded before the
+    // group's last wgmmas are issued, used after they complete (a load at the promotion itself
+    // stalled the consumers ~20% of the time: ncu, mixtral-8x7b int4 g128 M = 4096)
+    float sc[2] = {0.f, 0.f}, sn[2] = {0.f, 0.f}, zn[2] = {zsym, zsym};
+    if constexpr (grouped) sc[0] = scale_of(0, 0), sc[1] = scale_of(1, 0);
+    // kScFold: the current group's scales of rows g / g + 8 as operand pairs (exact: Sm90Gemm::fold)
+    uint32_t sf[2] = {0u, 0u};
+    if constexpr (FOLD) sf[0] = Op::pack(sc[0], sc[0]), sf[1] = Op::pack(sc[1], sc[1]);
+    // One stage's 8 k16 steps: step st's A fragment is dequantized, then its wgmma issued at once, so
+    // the tensor pipe starts on step 0 while the warps dequantize the later steps (each step keeps its
+    // own fragment registers until the stage's wait). The descriptors are the stage's base plus
+    // constant offsets, and whole / half token tiles are two straight copies of the loop (a branch per
+    // wgmma split the chain: one WARPGROUP.ARRIVE and scoreboard per HGMMA in its own block).
+    // H200, ncu (twelfth session): with all 8 fragments dequantized before the first wgmma the
+    // tensor pipe was 46% busy on mixtral-8x7b int4 g128 M = 4096 (the 16-bit tile kernel 84%).
+    // Two-CTA kernels (80 registers at launch) keep the fragments-first order: interleaved, ptxas
+    // serializes their wgmmas for want of registers (C7512).
+    constexpr bool kInterleave = wq_ctas<F, TN, SC>() == 1;
+    // Interleaved kernels that accumulate straight into acc (channel or folded scales, fp4 units) or
+    // have 64-row tiles load a stage's raw shared-memory words while the previous stage's wgmmas run (its full
+    // barrier waited for there), so a stage starts on its first conversion. H200 (r5, A/B in one
+    // run): fp4 / channel 128-row tiles 1.00-1.08x, int4 / W4A8 64-row tiles 1.02-1.03x; the
+    // group-scale 128-row kernels 0.79-0.88x (and 0.78-0.89x with the words loaded after their
+    // wgmmas complete, before the promotion: r7), so they load a stage's words at its start.
+    constexpr bool kPrefetch = kInterleave && (channel || TN != kBM);
+    // A stage's raw shared-memory words of this warp's n16 tile: unit u's 16 code bytes per lane and
+    // (fp4) rows g / g + 8's block-scale words, then k16 step st's exact A fragment from them.
+    constexpr int RAWN = 8 / (KA / 16);  // units per stage: 2 (int4 atoms, fp4 units), 4 (int8 atoms)
+    struct Raw {
+      uint4 v[RAWN];
+      uint32_t sw[FP4 ? RAWN : 1][2];
+    };
+    // grp >= 0 (fragments-first order, step by step): an MXFP4 unit's group grp byte alone
+    const auto load_unit = [&](const uint8_t* w_st, int u, Raw& r, int grp = -1) {
+      const uint8_t* unit = w_st + u * UNIT;
+      r.v[u] = *reinterpret_cast<const uint4*>(unit + lane * 16);
+      if constexpr (FP4) {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          if (!rok[h]) continue;
-          float v = acc[j * 4 + h * 2 + e2];
-          v += rb[h];
-          orow_out[orow[h]] = v * w;
+          const int row = h * 8 + (lane >> 2);
+          if constexpr (F == WFmt::kNV4) r.sw[u][h] = *reinterpret_cast<const uint32_t*>(unit + 512 + row * 4);
+          else if (grp >= 0) r.sw[u][h] = unit[512 + row * 2 + grp];
+          else r.sw[u][h] = *reinterpret_cast<const uint16_t*>(unit + 512 + row * 2);  // e8m0 of k 0-31, 32-63
         }
       }
-  }
+    };
+    const auto convert = [&](const Raw& r, int kb, int st, uint32_t (&af)[4], bool one_grp = false) {
+      if constexpr (FP4) {
+        // unit st / 4, its k16 block b = st % 4; rows g (h = 0) and g + 8 (h = 1)
+        const int u = st >> 2, b = st & 3;
+        const uint4 v = r.v[u];
+        const uint32_t w = b == 0 ? v.x : b == 1 ? v.y : b == 2 ? v.z : v.w;
+        uint32_t s2[2] = {0u, 0u};
+        // the last stage of an odd unit count holds one unit: the other slot is stale shared
+        // memory whose scale bytes may decode to inf (inf x the zero-filled tokens = NaN)
+        if (kb * ATOMS + u < katoms)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          if constexpr (F == WFmt::kNV4) {
+            // blocks (b & ~1, b | 1) as a pair, times 2^(126 + c); broadcast block b
+            const uint32_t pr = Op::mul2(dq_fp8_pair<Op>(r.sw[u][h], b & 2), Fp4Bits<Op>::kFold);
+            s2[h] = __byte_perm(pr, 0u, (b & 1) ? 0x3232 : 0x1010);
+          } else {
+            const uint32_t e = one_grp ? r.sw[u][h] : __byte_perm(r.sw[u][h], 0u, 0x4440 | (b >> 1));
+            s2[h] = mx_scale_pair<Op>(e);  // group b / 2 of 32 k
+          }
+        }
+        af[0] = Op::mul2(e2m1_raw_pair<Op, 0>(w), s2[0]);  // rows g,     k 2t..
+        af[1] = Op::mul2(e2m1_raw_pair<Op, 2>(w), s2[1]);  // rows g + 8, k 2t..
+        af[2] = Op::mul2(e2m1_raw_pair<Op, 1>(w), s2[0]);  // rows g,     k 2t + 8..
+        af[3] = Op::mul2(e2m1_raw_pair<Op, 3>(w), s2[1]);  // rows g + 8, k 2t + 8..
+      } else if constexpr (F == WFmt::kU4) {
+        const uint4 v = r.v[st >> 2];
+        const uint32_t w = (st & 3) == 0 ? v.x : (st & 3) == 1 ? v.y : (st & 3) == 2 ? v.z : v.w;
+        af[0] = dq_u4_pair<Op>(w, 0, zm[0]);  // rows g,     k 2t..
+        af[1] = dq_u4_pair<Op>(w, 2, zm[1]);  // rows g + 8, k 2t..
+        af[2] = dq_u4_pair<Op>(w, 1, zm[0]);  // rows g,     k 2t + 8..
+        af[3] = dq_u4_pair<Op>(w, 3, zm[1]);  // rows g + 8, k 2t + 8..
+        if constexpr (FOLD) {  // (u - z) * scale, rounded once to the operand dtype
+          af[0] = Op::mul2(af[0], sf[0]);
+          af[1] = Op::mul2(af[1], sf[1]);
+          af[2] = Op::mul2(af[2], sf[0]);
+          af[3] = Op::mul2(af[3], sf[1]);
+        }
+      } else {
+        const uint4 v = r.v[st >> 1];
+        const uint32_t w0 = (st & 1) ? v.z : v.x, w1 = (st & 1) ? v.w : v.y;  // n half 0 / 1
+        af[0] = dq_u8_pair<Op>(w0, 0, zf[0]);
+        af[1] = dq_u8_pair<Op>(w1, 0, zf[1]);
+        af[2] = dq_u8_pair<Op>(w0, 2, zf[0]);
+        af[3] = dq_u8_pair<Op>(w1, 2, zf[1]);
+      }
+    };
+    // Q8: k32 step t of a stage from the words of k16 steps 2t, 2t + 1 (atom t / 2), rows g / g + 8
+    const auto convert_q8 = [&](const Raw& r, int t, uint32_t (&af)[4]) {
+      const uint4 v = r.v[t >> 1];
+      uint32_t o0[4], o1[4];
+      dq_u4_word_f16((t & 1) ? v.z : v.x, zm, zq, o0);  // k16 step 2t
+      dq_u4_word_f16((t & 1) ? v.w : v.y, zm, zq, o1);  // k16 step 2t + 1
+      af[0] = e4m3x4(o0[0], o0[1]);  // row g,     k 4q..
+      af[1] = e4m3x4(o0[2], o0[3]);  // row g + 8, k 4q..
+      af[2] = e4m3x4(o1[0], o1[1]);  // row g,     k 16 + 4q..
+      af[3] = e4m3x4(o1[2], o1[3]);  // row g + 8, k 16 + 4q..
+    };
+    const auto stage_mma = [&](auto half_tag, const uint8_t* x_st, const uint8_t* w_st, const Raw& rpre, int kb,
+                               int sd0) {
+      constexpr bool H = decltype(half_tag)::value;
+      const uint64_t d0 = smem_desc(x_st);
+      Raw r;  // without the prefetch: all of the stage's shared-memory loads first
+      if constexpr (kPrefetch) {
+        r = rpre;
+      } else {
+#pragma unroll
+        for (int u = 0; u < RAWN; ++u) load_unit(w_st, u, r);
+      }
+      if constexpr (Q8) {  // 4 QGMMA k32 steps over the stage's one 128-byte box of codes
+        uint32_t aq[4][4];
+#pragma unroll
+        for (int t = 0; t < 4; ++t) {
+          convert_q8(r, t, aq[t]);
+          wgmma_fence();
+          const uint64_t db = d0 + static_cast<uint64_t>((t * 32) >> 4);
+          wgmma_ra_q8<TN, H>(tmp, aq[t], db, t == 0 ? sd0 : 1);  // promoted after the stage
+        }
+        return;
+      }
+      uint32_t af[8][4];
+#pragma unroll
+      for (int st = 0; st < 8; ++st) {
+        convert(r, kb, st, af[st]);
+        wgmma_fence();
+        const uint64_t db = d0 + static_cast<uint64_t>(((st >> 2) * TN * 128 + (st & 3) * 32) >> 4);
+        if constexpr (channel) wgmma_ra<Op, TN, H>(acc, af[st], db, 1);
+        else wgmma_ra<Op, TN, H>(tmp, af[st], db, st == 0 ? sd0 : 1);
+      }
+    };
+    // the fragments-first order with a branch per wgmma (two-CTA kernels)
+    const auto stage_mma_ff = [&](const uint8_t* x_st, const uint8_t* w_st, int kb, int sd0, auto&& preload) {
+      uint32_t af[8][4];
+#pragma unroll
+      for (int st = 0; st < 8; ++st) {
+        Raw r;
+        load_unit(w_st, st / (8 / RAWN), r, (st & 3) >> 1);
+        convert(r, kb, st, af[st], true);
+      }
+      preload();
+      wgmma_fence();
+#pragma unroll
+      for (int st = 0; st < 8; ++st) {
+        const uint64_t db = smem_desc(x_st + (st >> 2) * TN * 128 + (st & 3) * 32);
+        const int sd = st == 0 ? sd0 : 1;
+        if (half) wgmma_ra<Op, TN, true>(channel ? acc : tmp, af[st], db, channel ? 1 : sd);
+        else wgmma_ra<Op, TN>(channel ? acc : tmp, af[st], db, channel ? 1 : sd);
+      }
+    };
+    const int wtile = (cw * 4 + warp) * ATOMS * UNIT;  // this warp's n16 tile in a stage
+    Raw rw;
+    if constexpr (kPrefetch) {
+      mbar_wait(&full[s], ph);
+#pragma unroll
+      for (int u = 0; u < RAWN; ++u) load_unit(sW + s * C::W_ST + wtile, u, rw);
+    }
+    for (int kb = 0; kb < nk; ++kb) {
+      if constexpr (!kPrefetch) mbar_wait(&full[s], ph);
+      const uint8_t* x_st = sX + s * C::X_ST;
+      const uint8_t* w_st = sW + s * C::W_ST + wtile;
+      const bool gdone = ic + 1 == chunk_kb || kb == nk - 1;  // this stage ends its weight group
+      const auto preload = [&] {
+        if (grouped && gdone && kb + 1 < nk) {
+          const int gn = min(g + 1, p.kg - 1);
+          sn[0] = scale_of(0, gn);
+          sn[1] = scale_of(1, gn);
+          if (p.zero != nullptr) zn[0] = zero_of(0, gn), zn[1] = zero_of(1, gn);
+        }
+      };
+      const int sd0 = ic == 0 ? 0 : 1;  // a weight group's first k16 step starts its partial sums
+      if constexpr (!kInterleave) {
+        stage_mma_ff(x_st, w_st, kb, sd0, preload);
+      } else {
+        preload();
+        if (half) {
+          stage_mma(std::true_type{}, x_st, w_st, rw, kb, sd0);
+        } else {
+          stage_mma(std::false_type{}, x_st, w_st, rw, kb, sd0);
+        }
+      }
+      wgmma_commit();
+      if constexpr (kPrefetch) {
+        if (kb + 1 < nk) {
+          const int s1 = s + 1 == STAGES ? 0 : s + 1;
+          mbar_wait(&full[s1], s + 1 == STAGES ? ph ^ 1u : ph);
+#pragma unroll
+          for (int u = 0; u < RAWN; ++u) load_unit(sW + s1 * C::W_ST + wtile, u, rw);
+        }
+      }
+      wgmma_wait0();
+      if (lane == 0) mbar_arrive(&empty[s]);
+      if (++s == STAGES) { s = 0; ph ^= 1; }
+      ++ic;
+      if (gdone) {  // group done: promote with its scales, move to the next group's
+        if constexpr (grouped) {
+          if constexpr (!FOLD) {
+#pragma unroll
+            for (int j = 0; j < NJ; ++j) {
+              acc[j * 4 + 0] += tmp[j * 4 + 0] * sc[0];
+              acc[j * 4 + 1] += tmp[j * 4 + 1] * sc[0];
+              acc[j * 4 + 2] += tmp[j * 4 + 2] * sc[1];
+              acc[j * 4 + 3] += tmp[j * 4 + 3] * sc[1];
+            }
+          }
+          sc[0] = sn[0];
+          sc[1] = sn[1];
+          if constexpr (FOLD) sf[0] = Op::pack(sc[0], sc[0]), sf[1] = Op::pack(sc[1], sc[1]);
+          if (p.zero != nullptr && kb + 1 < nk) set_zero(zn[0], zn[1]);
+        } else if constexpr (Q8) {
+#pragma unroll
+          for (int i = 0; i < TN / 2; ++i) acc[i] += tmp[i];
+        }
+        ic = 0;
+        ++g;
+      }
+    }
+    if (p.row_scale != nullptr) named_bar_sync(1, 256);  // the staged activation scales
+    if constexpr (FP4) {
+      // (row scale x global scale) x 2^-c, as moe_gemm_fp4.cu; the row scale (W4A4: 1 / G) by position
+#pragma unroll
+      for (int j = 0; j < NJ; ++j)
+#pragma unroll
+        for (int e2 = 0; e2 < 2; ++e2) {
+          const float rs = p.row_scale != nullptr ? s_rs[8 * j + 2 * (lane & 3) + e2] : 1.f;
+          acc[j * 4 + e2] *= (rs * rsc[0]) * Fp4Bits<Op>::kUnscale;
+          acc[j * 4 + 2 + e2] *= (rs * rsc[1]) * Fp4Bits<Op>::kUnscale;
+        }
+    } else {
+      if constexpr (CHANNEL) {
+        const float s0 = rsc[0], s1 = rsc[1];
+#pragma unroll
+        for (int j = 0; j < NJ; ++j) {
+          acc[j * 4 + 0] *= s0;
+          acc[j * 4 + 1] *= s0;
+          acc[j * 4 + 2] *= s1;
+          acc[j * 4 + 3] *= s1;
+        }
+      }
+      if (p.row_scale != nullptr) {  // W4A8: y = acc * s_a of the position's token
+#pragma unroll
+        for (int j = 0; j < NJ; ++j)
+#pragma unroll
+          for (int e2 = 0; e2 < 2; ++e2) {
+            const float rs = s_rs[8 * j + 2 * (lane & 3) + e2];
+            acc[j * 4 + e2] *= rs;
+            acc[j * 4 + 2 + e2] *= rs;
+          }
+      }
+    }
+
+    // ---- epilogue: acc[j * 4 + h * 2 + e2] = (weight row tile16 * 16 + 8 h + lane / 4, token 8 j + 2 (lane & 3) + e2)
+    using T = typename Op::T;
+    if (p.stage == 1) {
+      // rows h = 0 are 8 gate rows, h = 1 the matching up rows: intermediate column i
+      const int i = tile16 * 8 + (lane >> 2);
+      if (i < p.half) {
+        const float bg = rb[0], bu = rb[1];
+        with_act(p.act, [&](auto act) {  // the activation switch outside the loops: branch-free elements
+#pragma unroll
+          for (int j = 0; j < NJ; ++j)
+#pragma unroll
+            for (int e2 = 0; e2 < 2; ++e2) {
+              const int pos = mb * TN + 8 * j + 2 * (lane & 3) + e2;
+              const float hv = act(acc[j * 4 + e2] + bg, acc[j * 4 + 2 + e2] + bu);
+              static_cast<T*>(p.out)[static_cast<size_t>(pos) * p.ldo + i] = Op::from_f(hv);
+            }
+        });
+      }
+    } else {
+      named_bar_sync(1, 256);  // the staged slots and router weights
+#pragma unroll
+      for (int j = 0; j < NJ; ++j)
+#pragma unroll
+        for (int e2 = 0; e2 < 2; ++e2) {
+          const int t = 8 * j + 2 * (lane & 3) + e2;
+          const int sid = s_sid[t];
+          if (sid >= p.numel) continue;
+          const float w = s_w[t];
+          float* orow_out = static_cast<float*>(p.out) + static_cast<size_t>(sid) * p.ldo;
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            if (!rok[h]) continue;
+            float v = acc[j * 4 + h * 2 + e2];
+            v += rb[h];
+            orow_out[orow[h]] = v * w;
+          }
+        }
+    }
+    if constexpr (!PERSIST) break;
+  }  // tiles
 #endif
 }
 
@@ -1684,7 +1735,9 @@ void launch_wq_tn(const Sm90Gemm& p, cudaStream_t s) {
                             : make_map(p.a, false, p.k, p.a_rows, static_cast<int64_t>(p.a_pitch) * 2, TN);
   const int ntn = (p.np + 127) / 128;
   const int groups = (p.max_blocks + kGroupM - 1) / kGroupM;
-  kern<<<dim3(static_cast<unsigned>(groups * kGroupM * ntn)), 384, C::SMEM, s>>>(mx, p);
+  const int tiles = groups * kGroupM * ntn;
+  const bool persist = wq_persist<F, TN, SC>() && p.tile_counter != nullptr;
+  kern<<<dim3(static_cast<unsigned>(persist ? std::min(tiles, device_sm_count()) : tiles)), 384, C::SMEM, s>>>(mx, p);
   QMOE_CUDA_LAUNCH_OK();
 }
 template <class Op, WFmt F, int SC>

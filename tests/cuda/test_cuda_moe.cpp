@@ -468,12 +468,14 @@ TEST(CudaSm90, Fp8BlockScalesByTileHalf) {
     }
 }
 
-// The persistent tile kernel (one CTA per SM walking the tiles, the ring of stages running on
-// across them) against one CTA per tile (QMOE_CUDA_PERSIST=0): bit-identical outputs (each tile's
-// arithmetic is the same) and the reference, with several tiles per CTA (E = 64, H = 512,
-// I = 256, M = 2048 top-4: 128 +- 11 rows per expert, so most experts' second M-block is a
-// one-warpgroup tail; 256-512 tiles per GEMM), an expert with no tokens, expert parallelism, on
-// 16-bit, fp8 per channel, fp8 1x128 blocks (with biases) and INT8 weights.
+// The persistent tile kernel and one-CTA wq kernels (one CTA per SM walking the tiles, the ring of
+// stages running on across them) against one CTA per tile (QMOE_CUDA_PERSIST=0): bit-identical
+// outputs (each tile's arithmetic is the same) and the reference, with several tiles per CTA
+// (E = 64, H = 512, I = 256, M = 2048 top-4: 128 +- 11 rows per expert, so most experts' second
+// M-block is a tail of <= 64 live rows; 256-512 tiles per GEMM), an expert with no tokens, expert
+// parallelism, on 16-bit, fp8 per channel, fp8 1x128 blocks (with biases) and INT8 weights (the
+// tile kernel) and int4 / int8 groups, int4 channels, W4A8 fp8 (QGMMA), NVFP4 A16 / W4A4 and MXFP4
+// with biases (the wq kernel's 128-row token tiles, one CTA per SM).
 TEST(CudaSm90, PersistentTileKernelMatchesOneCtaPerTile) {
   SKIP_WITHOUT_GPU();
   SKIP_WITHOUT_SM90();
@@ -486,6 +488,13 @@ TEST(CudaSm90, PersistentTileKernelMatchesOneCtaPerTile) {
     sp.kind = SchemeKind::kFP8W8A8; sp.fp8_strategy = Strategy::kBlock; sp.act = ActQuant::kFP8Group128;
     sp.block = {128, 128}; sp.bias = true; });
   add("int8_w8a8", [](auto& sp) { sp.kind = SchemeKind::kINT8W8A8; sp.group_size = 0; });
+  add("int4_g128_asym", [](auto& sp) { sp.kind = SchemeKind::kWNA16; sp.bits = 4; sp.group_size = 128; sp.symmetric = false; });
+  add("int4_channel_sym", [](auto& sp) { sp.kind = SchemeKind::kWNA16; sp.bits = 4; sp.group_size = 0; });
+  add("int8_g128_sym", [](auto& sp) { sp.kind = SchemeKind::kWNA16; sp.bits = 8; sp.group_size = 128; });
+  add("w4a8_fp8_g128", [](auto& sp) { sp.kind = SchemeKind::kW4A8FP8; sp.group_size = 128; });
+  add("nvfp4a16", [](auto& sp) { sp.kind = SchemeKind::kNVFP4A16; sp.group_size = 16; });
+  add("nvfp4_w4a4", [](auto& sp) { sp.kind = SchemeKind::kNVFP4; sp.group_size = 16; });
+  add("mxfp4a16_bias", [](auto& sp) { sp.kind = SchemeKind::kMXFP4A16; sp.group_size = 32; sp.bias = true; });
   const int E = 64, H = 512, I = 256, k = 4;
   for (size_t ci = 0; ci < cases.size(); ++ci) {
     const Case& c = cases[ci];
@@ -506,7 +515,9 @@ TEST(CudaSm90, PersistentTileKernelMatchesOneCtaPerTile) {
         Tensor x = test::random_tensor(w.act_dtype, {m, H}, 1510 + mode + ep);
         Routing r = random_routing(m, k, eg, 1520 + mode + ep, mode);
         const std::string kern = cuda::forward_kernels(ex, m, k);
-        ASSERT_NE(kern.find("sm90-wgmma"), std::string::npos) << c.name << " ran " << kern;
+        // 128-row tiles (no M-block size after the kernel's name): one CTA per SM for the wq kernel
+        ASSERT_NE(kern.find("gemm1=sm90-wgmma gemm2=sm90-wgmma"), std::string::npos) << c.name << " ran " << kern;
+        if (c.spec.kind == SchemeKind::kW4A8FP8) ASSERT_NE(kern.find(" q8"), std::string::npos) << kern;
         const std::string what = str(c.name, " mode ", mode, ep ? " EP" : "", " M=", m, " (", kern, ")");
         const Tensor persistent = run_device(ex, nullptr, x, r, false, emap);
         Tensor per_tile;

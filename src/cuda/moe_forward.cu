@@ -144,6 +144,10 @@ bool w4a8_qgmma_on() { return env_on("QMOE_CUDA_W4A8_QGMMA"); }
 // read per plan).
 bool fp8_block_slots_on() { return env_on("QMOE_CUDA_FP8_BLOCK_SLOTS"); }
 
+// The tile kernel's epilogue 4 columns per lane (Sm90Gemm::wide_store); QMOE_CUDA_WIDE_STORE=0: 2
+// (measurements, tests; read per plan).
+bool wide_store_on() { return env_on("QMOE_CUDA_WIDE_STORE"); }
+
 // The Hopper tile kernel and the one-CTA quantized-weight (wq) kernels persistent
 // (Sm90Gemm::tile_counter); QMOE_CUDA_PERSIST=0: one CTA per tile (measurements, tests; read per plan).
 bool persist_on() { return env_on("QMOE_CUDA_PERSIST"); }
@@ -261,6 +265,8 @@ struct ExpertsPlan {
   bool q8 = false;
   // fp8 block weight scales by tile half on the Hopper tile kernel (Sm90Gemm::block_slots)
   bool block_slots = false;
+  // the tile kernel's epilogue 4 columns per lane (Sm90Gemm::wide_store)
+  bool wide_store = true;
   // the tile / wq kernels persistent: GEMM1's and GEMM2's tile counters (Sm90Gemm::tile_counter),
   // zeroed before align
   int32_t* tile_counters = nullptr;
@@ -315,6 +321,7 @@ struct ExpertsPlan {
       q8 = op.wq && ex.fmt == WFmt::kU4 && ex.act_quant == ActQuant::kFP8Token && q8_fits(ex.w13) &&
            q8_fits(ex.w2) && w4a8_qgmma_on();
       block_slots = ex.fmt == WFmt::kFP8 && fp8_block_slots_on();
+      wide_store = wide_store_on();
       if (!stream && persist_on()) tile_counters = cv.take<int32_t>(2);
       as = cv.take<char>(static_cast<size_t>(cap) * ex.w13.kp * esz);
       hs = cv.take<char>(static_cast<size_t>(cap) * ex.w2.kp * 2);
@@ -573,6 +580,7 @@ void run_experts_sm90(const DevExperts& ex, const ExpertsPlan& pl, const void* x
     q.fold = pl.fold && proj_folds(ex, pr) ? 1 : 0;
     q.q8 = pl.q8 ? 1 : 0;
     q.block_slots = pl.block_slots ? 1 : 0;
+    q.wide_store = pl.wide_store ? 1 : 0;
   };
   // int4 / int8 weights: the quantized-weight wgmma kernel on the prepared atoms
   auto launch = [&](const Sm90Gemm& q) {

@@ -66,6 +66,10 @@ struct Sm90Gemm {
   // the blocks allow; 0: per column (QMOE_CUDA_FP8_BLOCK_SLOTS=0). Measured 3.1-6.2x on fp8-block
   // layers at M >= 1024 (docs/perf.md, twentieth session; the default since the twenty-first).
   int block_slots = 0;
+  // 1: the tile kernel's epilogue stores 4 consecutive columns per lane (lane pairs swap halves of
+  // two column groups: twice the bytes per row per store); 0 (QMOE_CUDA_WIDE_STORE=0, measurements):
+  // 2 columns per lane, as the accumulators lie. Bit-identical either way.
+  int wide_store = 1;
   // epilogue
   int stage = 1;                    // 1: h[pos][ldo] = act(...) (operand dtype); 2: o[slot][ldo] f32 * topk_w
   int act = 0;

@@ -481,6 +481,11 @@ __global__ void __launch_bounds__(384, 1)
     // ---- epilogue: thread holds rows row_base + {0, 8}, columns 8 j + 2 (lane & 3) + {0, 1}
     using T = typename Op::T;
     if (p.bias != nullptr && !staged) named_bar_sync(1, ncons);  // the staged biases (each_scale synced the others)
+    // Sm90Gemm::wide_store: lane pairs (lane ^ 1, one row) swap halves of two adjacent column
+    // groups, so each lane stores 4 consecutive columns (GEMM1: 8 bytes, GEMM2: 16) and a warp's
+    // store covers twice the bytes of each row; the shuffles run on every lane, the stores are
+    // predicated. Column counts are multiples of 8 (prepare), so a 4-column chunk is wholly in or out.
+    const bool odd = lane & 1;
     if (p.stage == 1) {
       // prepared columns: n16 tile q holds 8 gate rows (j = 2q) then the 8 matching up rows (2q + 1).
       // Activation switch outside the loops (with_act): the per-element code is branch-free.
@@ -488,11 +493,7 @@ __global__ void __launch_bounds__(384, 1)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           T* hrow = static_cast<T*>(p.out) + static_cast<size_t>(row_base + h * 8) * p.ldo;
-#pragma unroll
-          for (int q = 0; q < NACC / 8; ++q) {
-            const int tile = nb * (BN / 16) + cn / 16 + q;
-            const int i = tile * 8 + 2 * (lane & 3);
-            if (i >= p.half) continue;
+          auto h_pair = [&](int q) {
             float hv[2];
 #pragma unroll
             for (int e2 = 0; e2 < 2; ++e2) {
@@ -504,10 +505,58 @@ __global__ void __launch_bounds__(384, 1)
               }
               hv[e2] = act(g, u);
             }
-            *reinterpret_cast<uint32_t*>(hrow + i) = Op::pack(hv[0], hv[1]);
+            return Op::pack(hv[0], hv[1]);
+          };
+          if (p.wide_store) {
+#pragma unroll
+            for (int q = 0; q < NACC / 8; q += 2) {
+              const uint32_t a0 = h_pair(q), a1 = h_pair(q + 1);
+              // even lanes keep tile q's pair and take the odd partner's; odd lanes tile q + 1's
+              const uint32_t r = __shfl_xor_sync(0xffffffffu, odd ? a0 : a1, 1);
+              const int tile = nb * (BN / 16) + cn / 16 + q + (odd ? 1 : 0);
+              const int i = tile * 8 + 2 * ((lane & 3) & ~1);
+              if (i < p.half) *reinterpret_cast<uint2*>(hrow + i) = odd ? make_uint2(r, a1) : make_uint2(a0, r);
+            }
+          } else {
+#pragma unroll
+            for (int q = 0; q < NACC / 8; ++q) {
+              const int tile = nb * (BN / 16) + cn / 16 + q;
+              const int i = tile * 8 + 2 * (lane & 3);
+              if (i >= p.half) continue;
+              *reinterpret_cast<uint32_t*>(hrow + i) = h_pair(q);
+            }
           }
         }
       });
+    } else if (p.wide_store) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int sid = o_sid[h];
+        const bool live = sid < p.numel;
+        const float w = o_w[h];
+        float* orow = static_cast<float*>(p.out) + static_cast<size_t>(live ? sid : 0) * p.ldo;
+#pragma unroll
+        for (int j = 0; j < NACC / 4; j += 2) {
+          float v[2][2];
+#pragma unroll
+          for (int jj = 0; jj < 2; ++jj) {
+            const int c = cn + 8 * (j + jj) + 2 * (lane & 3);  // the tile's column
+#pragma unroll
+            for (int e2 = 0; e2 < 2; ++e2) {
+              float x = acc[(j + jj) * 4 + h * 2 + e2];
+              if (p.bias != nullptr) x += s_bias[c + e2];
+              v[jj][e2] = x * w;
+            }
+          }
+          // even lanes keep group j's pair and take the odd partner's; odd lanes group j + 1's
+          const float r0 = __shfl_xor_sync(0xffffffffu, odd ? v[0][0] : v[1][0], 1);
+          const float r1 = __shfl_xor_sync(0xffffffffu, odd ? v[0][1] : v[1][1], 1);
+          const int n = nb * BN + cn + 8 * (j + (odd ? 1 : 0)) + 2 * ((lane & 3) & ~1);
+          if (live && n < p.n)
+            *reinterpret_cast<float4*>(orow + n) =
+                odd ? make_float4(r0, r1, v[1][0], v[1][1]) : make_float4(v[0][0], v[0][1], r0, r1);
+        }
+      }
     } else {
 #pragma unroll
     for (int h = 0; h < 2; ++h) {

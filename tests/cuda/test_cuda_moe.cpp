@@ -468,6 +468,58 @@ TEST(CudaSm90, Fp8BlockScalesByTileHalf) {
     }
 }
 
+// The tile kernel's wide epilogue stores (Sm90Gemm::wide_store: lane pairs swap halves of two column
+// groups, 4 columns per lane) against 2 columns per lane (QMOE_CUDA_WIDE_STORE=0): bit-identical
+// (the same values, stored in other groupings), and the reference. H = 392 and I = 232 (column
+// counts that are multiples of 8 but not of 16: the last 4-column chunks of a row), 64- and 128-row
+// M-blocks, 16-bit (bf16 and fp16, swigluoai with biases), fp8 per channel and 128 x 128 blocks with
+// biases, INT8 with biases, an expert with no tokens, top-1 and top-2.
+TEST(CudaSm90, WideEpilogueStoresMatchNarrow) {
+  SKIP_WITHOUT_GPU();
+  SKIP_WITHOUT_SM90();
+  std::vector<Case> cases;
+  auto add = [&](std::string n, auto f) { add_case(cases, std::move(n), f); };
+  add("bf16", [](auto&) {});
+  add("fp16_bias", [](auto& sp) { sp.act_dtype = DType::kF16; sp.weight_dtype = DType::kF16; sp.bias = true; });
+  add("fp8_channel_token", [](auto& sp) {
+    sp.kind = SchemeKind::kFP8W8A8; sp.fp8_strategy = Strategy::kChannel; sp.act = ActQuant::kFP8Token; });
+  add("fp8_block_group128_bias", [](auto& sp) {
+    sp.kind = SchemeKind::kFP8W8A8; sp.fp8_strategy = Strategy::kBlock; sp.act = ActQuant::kFP8Group128;
+    sp.block = {8, 128}; sp.bias = true; });
+  add("int8_w8a8_bias", [](auto& sp) { sp.kind = SchemeKind::kINT8W8A8; sp.group_size = 0; sp.bias = true; });
+  const int E = 5, H = 392, I = 232;
+  // the tile kernel at every M here (few rows per expert would take mma.sync or the streaming kernel)
+  test::ScopedEnv env("QMOE_CUDA_WGMMA_MIN_ROWS", "1");
+  env.set("QMOE_CUDA_STREAM", "0");
+  for (size_t ci = 0; ci < cases.size(); ++ci) {
+    const Case& c = cases[ci];
+    ExpertWeights w = make_weights(c.spec, E, H, I, 1700 + static_cast<int>(ci));
+    const Activation act = c.spec.bias && c.spec.kind == SchemeKind::kUnquantized ? Activation::kSwigluOai
+                                                                                 : Activation::kSiluMul;
+    cuda::DevExperts ex = cuda::prepare(w, act);
+    std::optional<ExpertWeights> rounded;
+    for (int k : {1, 2})
+      for (int mode : {0, 2})
+        for (int64_t m : {60, 333, 1200}) {
+          env.set("QMOE_CUDA_WIDE_STORE", "1");
+          const std::string kern = cuda::forward_kernels(ex, m, k);
+          ASSERT_NE(kern.find("sm90-wgmma"), std::string::npos) << c.name << " M=" << m << " ran " << kern;
+          Tensor x = test::random_tensor(w.act_dtype, {m, H}, 1710 + m + mode + k);
+          Routing r = random_routing(m, k, E, 1720 + m + mode + k, mode);
+          const MoeConfig cfg = config(E, k, act);
+          const std::string what = str(c.name, " top-", k, " mode ", mode, " M=", m, " (", kern, ")");
+          const Tensor wide = run_device(ex, nullptr, x, r, false);
+          env.set("QMOE_CUDA_WIDE_STORE", "0");
+          const Tensor narrow = run_device(ex, nullptr, x, r, false);
+          ASSERT_EQ(wide.nbytes(), narrow.nbytes());
+          EXPECT_EQ(std::memcmp(wide.raw(), narrow.raw(), wide.nbytes()), 0)
+              << what << ": the wide epilogue stores differ from the narrow ones";
+          Tensor want = ref::reference_forward_routed(w, cfg, nullptr, x, r.w, r.ids);
+          expect_reference(wide, want, w, cfg, x, r, kern, tol_for(w, kern), what, rounded);
+        }
+  }
+}
+
 // The persistent tile kernel and one-CTA wq kernels (one CTA per SM walking the tiles, the ring of
 // stages running on across them) against one CTA per tile (QMOE_CUDA_PERSIST=0): bit-identical
 // outputs (each tile's arithmetic is the same) and the reference, with several tiles per CTA

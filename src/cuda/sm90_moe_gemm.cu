@@ -133,6 +133,19 @@ __device__ __forceinline__ unsigned long long gtimer() {
   } while (0)
 #endif
 
+// Tile L of the grouped raster (kGroupM M-blocks of `rows` token rows x all ntn N tiles, M fastest:
+// a wave of CTAs shares each A and weight tile through L2): its M-block, N tile and expert; false
+// where it has none (past the used M-blocks, or an expert of another rank).
+__device__ __forceinline__ bool raster_tile(const Sm90Gemm& p, int L, int ntn, int rows, int used_rows, int& mb,
+                                            int& nb, int& e) {
+  const int group = L / (kGroupM * ntn), rem = L % (kGroupM * ntn);
+  nb = rem / kGroupM;
+  mb = group * kGroupM + rem % kGroupM;
+  if (mb >= p.max_blocks || mb * rows >= used_rows) return false;
+  e = p.expert_ids[mb];
+  return e >= 0;
+}
+
 template <class Op, bool FP8, bool I8 = false, int BM = kBM>  // I8: byte operands as signed int8 (IGMMA)
 __global__ void __launch_bounds__(384, 1)
     sm90_moe_gemm_kernel(const __grid_constant__ CUtensorMap tma_a, const Sm90Gemm p) {
@@ -170,16 +183,8 @@ __global__ void __launch_bounds__(384, 1)
   const int ntn = (p.np + BN - 1) / BN;
   const int ntiles = (p.max_blocks + kGroupM - 1) / kGroupM * kGroupM * ntn;
   const int used_rows = *p.num_post;
-  // tile L's M-block, N tile and expert; false where it has none (past the used M-blocks, or an
-  // expert of another rank: its slots stay zero, pre-cleared)
-  auto tile_at = [&](int L, int& mb, int& nb, int& e) {
-    const int group = L / (kGroupM * ntn), rem = L % (kGroupM * ntn);
-    nb = rem / kGroupM;
-    mb = group * kGroupM + rem % kGroupM;
-    if (mb >= p.max_blocks || mb * BM >= used_rows) return false;
-    e = p.expert_ids[mb];
-    return e >= 0;
-  };
+  // (an expert of another rank: its slots stay zero, pre-cleared)
+  auto tile_at = [&](int L, int& mb, int& nb, int& e) { return raster_tile(p, L, ntn, BM, used_rows, mb, nb, e); };
 
   const int wg = threadIdx.x >> 7, tid = threadIdx.x & 127;
   if (threadIdx.x == 0) {
@@ -1000,16 +1005,7 @@ __global__ void __launch_bounds__(384, wq_ctas<F, TN, SC>())
   const int ntn = (p.np + 127) / 128;  // 128 weight rows per CTA
   const int ntiles = (p.max_blocks + kGroupM - 1) / kGroupM * kGroupM * ntn;
   const int used_rows = *p.num_post;
-  // tile L's M-block, N tile and expert (the grouped raster of the tile kernel); false where it
-  // has none (past the used M-blocks, or an expert of another rank)
-  auto tile_at = [&](int L, int& mb, int& nb, int& e) {
-    const int group = L / (kGroupM * ntn), rem = L % (kGroupM * ntn);
-    nb = rem / kGroupM;
-    mb = group * kGroupM + rem % kGroupM;
-    if (mb >= p.max_blocks || mb * TN >= used_rows) return false;
-    e = p.expert_ids[mb];
-    return e >= 0;
-  };
+  auto tile_at = [&](int L, int& mb, int& nb, int& e) { return raster_tile(p, L, ntn, TN, used_rows, mb, nb, e); };
   // PERSIST: tiles from p.tile_counter as the tile kernel takes them (CTA b: tile b, then gridDim.x +
   // atomicAdd), the producer writing each tile's index beside its first stage (s_tile, -1: no
   // more) and the ring running on across tiles, so the next tile's stages load during an epilogue.

@@ -468,6 +468,24 @@ TEST(CudaSm90, Fp8BlockScalesByTileHalf) {
     }
 }
 
+// The forward with the environment switch `name` at its default and at "0": bit-identical outputs
+// (`differ` says what differs when they are not), and the default's against the reference.
+void expect_switch_identical(const char* name, const char* differ, const cuda::DevExperts& ex,
+                             const ExpertWeights& w, const MoeConfig& cfg, const Tensor& x, const Routing& r,
+                             const std::vector<int32_t>& emap, const std::string& kern, const std::string& what,
+                             std::optional<ExpertWeights>& rounded) {
+  const Tensor on = run_device(ex, nullptr, x, r, false, emap);
+  Tensor off;
+  {
+    test::ScopedEnv env(name, "0");
+    off = run_device(ex, nullptr, x, r, false, emap);
+  }
+  ASSERT_EQ(on.nbytes(), off.nbytes());
+  EXPECT_EQ(std::memcmp(on.raw(), off.raw(), on.nbytes()), 0) << what << ": " << differ;
+  const Tensor want = ref::reference_forward_routed(w, cfg, nullptr, x, r.w, r.ids);
+  expect_reference(on, want, w, cfg, x, r, kern, tol_for(w, kern), what, rounded);
+}
+
 // The tile kernel's wide epilogue stores (Sm90Gemm::wide_store: lane pairs swap halves of two column
 // groups, 4 columns per lane) against 2 columns per lane (QMOE_CUDA_WIDE_STORE=0): bit-identical
 // (the same values, stored in other groupings), and the reference. H = 392 and I = 232 (column
@@ -501,21 +519,14 @@ TEST(CudaSm90, WideEpilogueStoresMatchNarrow) {
     for (int k : {1, 2})
       for (int mode : {0, 2})
         for (int64_t m : {60, 333, 1200}) {
-          env.set("QMOE_CUDA_WIDE_STORE", "1");
           const std::string kern = cuda::forward_kernels(ex, m, k);
           ASSERT_NE(kern.find("sm90-wgmma"), std::string::npos) << c.name << " M=" << m << " ran " << kern;
           Tensor x = test::random_tensor(w.act_dtype, {m, H}, 1710 + m + mode + k);
           Routing r = random_routing(m, k, E, 1720 + m + mode + k, mode);
           const MoeConfig cfg = config(E, k, act);
           const std::string what = str(c.name, " top-", k, " mode ", mode, " M=", m, " (", kern, ")");
-          const Tensor wide = run_device(ex, nullptr, x, r, false);
-          env.set("QMOE_CUDA_WIDE_STORE", "0");
-          const Tensor narrow = run_device(ex, nullptr, x, r, false);
-          ASSERT_EQ(wide.nbytes(), narrow.nbytes());
-          EXPECT_EQ(std::memcmp(wide.raw(), narrow.raw(), wide.nbytes()), 0)
-              << what << ": the wide epilogue stores differ from the narrow ones";
-          Tensor want = ref::reference_forward_routed(w, cfg, nullptr, x, r.w, r.ids);
-          expect_reference(wide, want, w, cfg, x, r, kern, tol_for(w, kern), what, rounded);
+          expect_switch_identical("QMOE_CUDA_WIDE_STORE", "the wide epilogue stores differ from the narrow ones", ex, w,
+                                  cfg, x, r, {}, kern, what, rounded);
         }
   }
 }
@@ -571,17 +582,8 @@ TEST(CudaSm90, PersistentTileKernelMatchesOneCtaPerTile) {
         ASSERT_NE(kern.find("gemm1=sm90-wgmma gemm2=sm90-wgmma"), std::string::npos) << c.name << " ran " << kern;
         if (c.spec.kind == SchemeKind::kW4A8FP8) ASSERT_NE(kern.find(" q8"), std::string::npos) << kern;
         const std::string what = str(c.name, " mode ", mode, ep ? " EP" : "", " M=", m, " (", kern, ")");
-        const Tensor persistent = run_device(ex, nullptr, x, r, false, emap);
-        Tensor per_tile;
-        {
-          test::ScopedEnv env("QMOE_CUDA_PERSIST", "0");
-          per_tile = run_device(ex, nullptr, x, r, false, emap);
-        }
-        ASSERT_EQ(persistent.nbytes(), per_tile.nbytes());
-        EXPECT_EQ(std::memcmp(persistent.raw(), per_tile.raw(), persistent.nbytes()), 0)
-            << what << ": the persistent kernel differs from one CTA per tile";
-        Tensor want = ref::reference_forward_routed(w, cfg, nullptr, x, r.w, r.ids);
-        expect_reference(persistent, want, w, cfg, x, r, kern, tol_for(w, kern), what, rounded);
+        expect_switch_identical("QMOE_CUDA_PERSIST", "the persistent kernel differs from one CTA per tile", ex, w, cfg,
+                                x, r, emap, kern, what, rounded);
       }
     }
   }

@@ -181,7 +181,7 @@ __global__ void __launch_bounds__(384, 1)
   // run an epilogue (one CTA per SM: one tile per CTA left each SM idle for the fill and the
   // epilogue, a third of the tile on K = 768).
   const int ntn = (p.np + BN - 1) / BN;
-  const int ntiles = (p.max_blocks + kGroupM - 1) / kGroupM * kGroupM * ntn;
+  const int ntiles = (p.max_blocks + kGroupM - 1) / kGroupM * kGroupM * ntn;  // raster_tiles(p.max_blocks, ntn)
   const int used_rows = *p.num_post;
   // (an expert of another rank: its slots stay zero, pre-cleared)
   auto tile_at = [&](int L, int& mb, int& nb, int& e) { return raster_tile(p, L, ntn, BM, used_rows, mb, nb, e); };
@@ -1003,7 +1003,7 @@ __global__ void __launch_bounds__(384, wq_ctas<F, TN, SC>())
 
   constexpr bool PERSIST = wq_persist<F, TN, SC>();
   const int ntn = (p.np + 127) / 128;  // 128 weight rows per CTA
-  const int ntiles = (p.max_blocks + kGroupM - 1) / kGroupM * kGroupM * ntn;
+  const int ntiles = (p.max_blocks + kGroupM - 1) / kGroupM * kGroupM * ntn;  // raster_tiles(p.max_blocks, ntn)
   const int used_rows = *p.num_post;
   auto tile_at = [&](int L, int& mb, int& nb, int& e) { return raster_tile(p, L, ntn, TN, used_rows, mb, nb, e); };
   // PERSIST: tiles from p.tile_counter as the tile kernel takes them (CTA b: tile b, then gridDim.x +
@@ -1718,6 +1718,16 @@ CUtensorMap make_map(const void* base, bool byte_elems, int k, int rows, int64_t
   return m;
 }
 
+// The grid of a raster of `tiles` tiles: one CTA per tile, or (persistent: the CTAs take tiles from
+// Sm90Gemm::tile_counter) one per SM
+// Tiles of the grouped raster (raster_tile): the M-blocks rounded up to whole groups of kGroupM,
+// x ntn N tiles. The kernels spell the same expression out: as a call, ptxas scheduled 36 of them
+// differently from the builds measured on the H200.
+int raster_tiles(int max_blocks, int ntn) { return (max_blocks + kGroupM - 1) / kGroupM * kGroupM * ntn; }
+dim3 raster_grid(int tiles, bool persistent) {
+  return dim3(static_cast<unsigned>(persistent ? std::min(tiles, device_sm_count()) : tiles));
+}
+
 template <class Op, bool FP8, bool I8 = false, int BM = kBM>
 void launch_gemm(const Sm90Gemm& p, cudaStream_t s) {
   using C = Sm90Cfg<FP8, BM, I8>;
@@ -1726,10 +1736,7 @@ void launch_gemm(const Sm90Gemm& p, cudaStream_t s) {
   std::call_once(once, [&] { QMOE_CUDA_OK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM)); });
   const int esz = FP8 ? 1 : 2;
   const CUtensorMap ma = make_map(p.a, FP8, p.k, p.a_rows, static_cast<int64_t>(p.a_pitch) * esz, BM);
-  const int ntn = (p.np + C::BN - 1) / C::BN;
-  const int groups = (p.max_blocks + kGroupM - 1) / kGroupM;
-  const int tiles = groups * kGroupM * ntn;
-  const dim3 grid(static_cast<unsigned>(p.tile_counter != nullptr ? std::min(tiles, device_sm_count()) : tiles));
+  const dim3 grid = raster_grid(raster_tiles(p.max_blocks, (p.np + C::BN - 1) / C::BN), p.tile_counter != nullptr);
   kern<<<grid, 384, C::SMEM, s>>>(ma, p);
   QMOE_CUDA_LAUNCH_OK();
 #ifdef QMOE_SM90_TRACE
@@ -1778,11 +1785,8 @@ void launch_wq_tn(const Sm90Gemm& p, cudaStream_t s) {
   // past k (the gather writes zeros where columns past k land): the map covers them
   const CUtensorMap mx = Q8 ? make_map(p.a, true, sm90_kperm_cols(p.k), p.a_rows, p.a_pitch, TN)
                             : make_map(p.a, false, p.k, p.a_rows, static_cast<int64_t>(p.a_pitch) * 2, TN);
-  const int ntn = (p.np + 127) / 128;
-  const int groups = (p.max_blocks + kGroupM - 1) / kGroupM;
-  const int tiles = groups * kGroupM * ntn;
   const bool persist = wq_persist<F, TN, SC>() && p.tile_counter != nullptr;
-  kern<<<dim3(static_cast<unsigned>(persist ? std::min(tiles, device_sm_count()) : tiles)), 384, C::SMEM, s>>>(mx, p);
+  kern<<<raster_grid(raster_tiles(p.max_blocks, (p.np + 127) / 128), persist), 384, C::SMEM, s>>>(mx, p);
   QMOE_CUDA_LAUNCH_OK();
 }
 template <class Op, WFmt F, int SC>

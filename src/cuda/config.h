@@ -179,9 +179,17 @@ struct Sm90Choice {
 // eighteenth session, r5, against decode at 1 row per expert) deepseek-v3 / gpt-oss-120b /
 // qwen3-30b-a3b M = 16 1.21 / 1.16 / 1.15x; at M = 1 (items short of 4 per SM) 0.77-0.99x except
 // mixtral-8x7b 1.06x; at 2-4 rows (r3) 1.22-1.24x, within 2% of the 64-row tile.
+// Many experts with many items per SM (twenty-third session, r1, against the kernels chosen without
+// it, persistent tile kernel, two runs each): fp8 at 1-2 rows with >= 10 items per SM, deepseek-v3
+// M = 16 / 64 1.02 / 1.06x, gpt-oss-120b M = 16 / 64 1.02 / 1.01x (qwen3-30b-a3b, 6 items per SM:
+// 0.95 / 0.97x); 16-bit weights at 8 rows with >= 24 items per SM, deepseek-v3 M = 256 1.04x
+// (gpt-oss-120b, 22 items per SM: 0.995x; at 1-4 rows 0.97-1.01x: not taken).
 inline void select_sm90_stream(Sm90Choice& c, int64_t rows, int num_experts, int64_t touched, int boxes, bool fp8,
                                int sms, bool eligible, int stream_mode = -1, int nt = 0, bool int8 = false) {
-  bool on = rows <= 8 && touched * boxes >= int64_t{4} * sms && (num_experts <= 16 || int8 || (fp8 && rows > 4));
+  const int64_t items = touched * boxes;
+  bool on = rows <= 8 && items >= int64_t{4} * sms &&
+            (num_experts <= 16 || int8 || (fp8 && rows > 4) || (fp8 && items >= int64_t{10} * sms) ||
+             (rows > 4 && items >= int64_t{24} * sms));
   if (stream_mode == 1) on = true;
   else if (stream_mode == 0) on = false;
   if (!eligible || !on) return;
@@ -200,11 +208,13 @@ inline bool stream_evict_first(size_t token_row_bytes, int hint = -1) {
 }
 // min_rows / rows64_max > 0 / >= 0: the QMOE_CUDA_WGMMA_MIN_ROWS / QMOE_CUDA_WG64_MAX_ROWS overrides.
 // Measured on the H200 (docs/perf.md):
-//  * from 17 rows per expert (where the 16-row mma.sync tile stops; mixtral-8x7b M = 256, 64 rows:
-//    bf16 1494 -> 893 us, fp8 1561 -> 695 us), and for 16-bit / fp8 weights with at most 16 experts
-//    from 16 (ninth session: 16 rows, 64-row M-blocks, against the 16-row tile: mixtral-8x7b M = 64
-//    bf16 1.15x, fp8 1.19x; llama4-scout M = 256 bf16 1.01x, fp8 1.23x; with 128 experts,
-//    qwen3-30b-a3b M = 256, 0.95-0.97x: not taken); int4 / int8 atoms and W4A8 from 8 (eleventh
+//  * 16-bit / fp8 weights from 16 rows per expert (17 and up: where the 16-row mma.sync tile stops;
+//    mixtral-8x7b M = 256, 64 rows: bf16 1494 -> 893 us, fp8 1561 -> 695 us; 16: ninth session:
+//    16 rows, 64-row M-blocks, against the 16-row tile: mixtral-8x7b M = 64 bf16 1.15x, fp8 1.19x;
+//    llama4-scout M = 256 bf16 1.01x, fp8 1.23x; with 128 experts, qwen3-30b-a3b M = 256, then
+//    0.95-0.97x, but with the persistent tile kernel 1.17 / 1.16x, twenty-third session r1; at 4 rows,
+//    qwen3-30b-a3b M = 64, 0.95 / 0.93x and 8 rows, gpt-oss-120b M = 256, 0.95x / 0.99x: those stay);
+//    int4 / int8 atoms and W4A8 from 8 (eleventh
 //    session, the wq kernel with a 32-row token tile against the 16-row decode kernel, whose extra
 //    M-blocks stream an expert's weights again: 16 rows 1.33-1.66x on llama4-scout M = 256,
 //    mixtral-8x7b M = 64, qwen3-30b-a3b M = 256; 8 rows, deepseek-v3 / gpt-oss-120b M = 256, with
@@ -230,10 +240,9 @@ inline bool stream_evict_first(size_t token_row_bytes, int hint = -1) {
 inline Sm90Choice select_sm90(int64_t rows, int num_experts, Sm90Kind kind, int min_rows = 0, int rows64_max = -1,
                               int wq_tn = 0) {
   Sm90Choice c;
-  int need = 17;
+  int need = 16;  // kPlain
   if (min_rows > 0) need = min_rows;
   else if (kind == Sm90Kind::kInt8) need = 2;
-  else if (kind == Sm90Kind::kPlain && num_experts <= 16) need = 16;
   else if (kind == Sm90Kind::kWq) need = 8;
   else if (kind == Sm90Kind::kFp4) need = 12;
   c.wgmma = rows >= need;

@@ -268,7 +268,7 @@ struct ExpertsPlan {
   // the tile kernel's epilogue 4 columns per lane (Sm90Gemm::wide_store)
   bool wide_store = true;
   // the tile / wq kernels persistent: GEMM1's and GEMM2's tile counters (Sm90Gemm::tile_counter),
-  // zeroed before align
+  // zeroed by align (kAlignZeroInts)
   int32_t* tile_counters = nullptr;
   void* xq = nullptr;
   float* xq_scale = nullptr;
@@ -322,7 +322,7 @@ struct ExpertsPlan {
            q8_fits(ex.w2) && w4a8_qgmma_on();
       block_slots = ex.fmt == WFmt::kFP8 && fp8_block_slots_on();
       wide_store = wide_store_on();
-      if (!stream && persist_on()) tile_counters = cv.take<int32_t>(2);
+      if (!stream && persist_on()) tile_counters = cv.take<int32_t>(kAlignZeroInts);
       as = cv.take<char>(static_cast<size_t>(cap) * ex.w13.kp * esz);
       hs = cv.take<char>(static_cast<size_t>(cap) * ex.w2.kp * 2);
       if (op.bytes || q8) {
@@ -504,9 +504,9 @@ void run_experts_sm90(const DevExperts& ex, const ExpertsPlan& pl, const void* x
   const int kind = op.i8 ? 2 : op.bytes ? 1 : 0;
   const int H = ex.hidden, I = ex.intermediate;
   const int qa = quant ? quant_code(ex.act_quant) : 0;
-  if (pl.tile_counters != nullptr) QMOE_CUDA_OK(cudaMemsetAsync(pl.tile_counters, 0, 2 * sizeof(int32_t), s));
+  // align zeroes the persistent kernels' two tile counters (no memset launch)
   launch_align(topk_ids, static_cast<int>(pl.numel), emap, ex.num_experts, pl.bm, pl.cap, pl.sorted, pl.eids,
-               pl.npost, pl.hist, s);
+               pl.npost, pl.hist, s, pl.tile_counters);
   sync_check(s, "align (Hopper path)");
   Sm90Gather g;
   g.x = x;

@@ -149,9 +149,10 @@ __global__ void route_kernel(const float* __restrict__ logits, int64_t m, int E,
 // ---- align ----------------------------------------------------------------------------------------
 __global__ void align_kernel(const int32_t* __restrict__ ids, int numel, const int32_t* __restrict__ emap,
                              int E, int B, int capacity, int32_t* __restrict__ sorted,
-                             int32_t* __restrict__ eids, int32_t* __restrict__ num_post) {
+                             int32_t* __restrict__ eids, int32_t* __restrict__ num_post, int32_t* __restrict__ zero) {
   extern __shared__ int sh[];
   pdl_trigger();  // launched plainly (the layer's first kernel): the next kernel may start early
+  if (zero != nullptr && threadIdx.x < kAlignZeroInts) zero[threadIdx.x] = 0;
   int* cnt = sh;         // [E]
   int* off = sh + E;     // [E + 1]
   int* cur = sh + 2 * E + 1;  // [E]
@@ -260,12 +261,14 @@ __global__ void align_count_kernel(const int32_t* __restrict__ ids, int numel, c
 }
 __global__ void align_offsets_kernel(int nb, int E, int B, int numel, int32_t* __restrict__ hist,
                                      int32_t* __restrict__ off_out, int32_t* __restrict__ sorted,
-                                     int32_t* __restrict__ eids, int capacity, int32_t* __restrict__ num_post) {
+                                     int32_t* __restrict__ eids, int capacity, int32_t* __restrict__ num_post,
+                                     int32_t* __restrict__ zero) {
   extern __shared__ int sh[];
   int* padded = sh;       // [E]
   int* off = sh + E;      // [E + 1]
   pdl_wait();
   pdl_trigger();
+  if (zero != nullptr && threadIdx.x < kAlignZeroInts) zero[threadIdx.x] = 0;
   // per expert, the exclusive prefix over blocks: loads 8 blocks at a time (one loop iteration per
   // block waited an L2 round trip each: 25 us for 32 blocks, ncu)
   for (int e = threadIdx.x; e < E; e += blockDim.x) {
@@ -576,7 +579,7 @@ int align_hist_ints(int numel, int num_local) {
 
 void launch_align(const int32_t* topk_ids, int numel, const int32_t* expert_map, int num_local, int block,
                   int capacity, int32_t* sorted_ids, int32_t* expert_ids, int32_t* num_post, int32_t* hist,
-                  cudaStream_t s) {
+                  cudaStream_t s, int32_t* zero) {
   size_t smem = (3 * static_cast<size_t>(num_local) + 1) * sizeof(int);
   QMOE_CHECK(smem <= 48 * 1024, kUnsupported, "CUDA align: ", num_local, " local experts is too many");
   if (align_hist_ints(numel, num_local) > 0) {
@@ -587,14 +590,14 @@ void launch_align(const int32_t* topk_ids, int numel, const int32_t* expert_map,
     align_count_kernel<<<nb, kAlignChunk, e_smem, s>>>(topk_ids, numel, expert_map, num_local, hist);
     QMOE_CUDA_LAUNCH_OK();
     launch_kernel(align_offsets_kernel, dim3(1), dim3(512), (2 * static_cast<size_t>(num_local) + 1) * sizeof(int), s,
-                  nb, num_local, block, numel, hist, off, sorted_ids, expert_ids, capacity, num_post);
+                  nb, num_local, block, numel, hist, off, sorted_ids, expert_ids, capacity, num_post, zero);
     launch_kernel(align_scatter_kernel, dim3(nb), dim3(kAlignChunk), e_smem, s, topk_ids, numel, expert_map, num_local,
                   static_cast<const int32_t*>(hist), static_cast<const int32_t*>(off), sorted_ids, capacity,
                   static_cast<const int32_t*>(num_post));
     return;
   }
   align_kernel<<<1, 1024, smem, s>>>(topk_ids, numel, expert_map, num_local, block, capacity, sorted_ids,
-                                      expert_ids, num_post);
+                                      expert_ids, num_post, zero);
   QMOE_CUDA_LAUNCH_OK();
 }
 

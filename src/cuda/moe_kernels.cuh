@@ -16,12 +16,15 @@ void launch_route(const float* logits, int64_t m, int num_experts, const RouterC
 // expert is not local (expert_map -> -1) are dropped. sorted_ids holds `capacity` entries
 // (sentinel = numel), expert_ids capacity / block entries (-1 past the used blocks).
 // Above kAlignMultiMin entries align runs as three kernels over a grid and needs a workspace of
-// align_hist_ints(numel, num_local) int32 (`hist`; 0: one block, hist may be null).
+// align_hist_ints(numel, num_local) int32 (`hist`; 0: one block, hist may be null). `zero`, where
+// not null, is set to kAlignZeroInts zeros by the same kernels (the Hopper kernels' tile counters:
+// no memset launch of their own).
 constexpr int kAlignMultiMin = 4096;
+constexpr int kAlignZeroInts = 2;
 int align_hist_ints(int numel, int num_local);
 void launch_align(const int32_t* topk_ids, int numel, const int32_t* expert_map, int num_local, int block,
                   int capacity, int32_t* sorted_ids, int32_t* expert_ids, int32_t* num_post, int32_t* hist,
-                  cudaStream_t s);
+                  cudaStream_t s, int32_t* zero = nullptr);
 inline int align_capacity(int numel, int num_local, int block) {
   int64_t c = static_cast<int64_t>(numel) + static_cast<int64_t>(num_local) * (block - 1);
   return static_cast<int>((c + block - 1) / block * block);

@@ -1243,13 +1243,17 @@ TEST(CudaAlign, GroupsEveryEntryByExpert) {
         const int cap = cuda::align_capacity(static_cast<int>(numel), E, block);
         DevBuf di = up(ids.data(), ids.size() * 4), ds(cap * 4), de(cap / block * 4), dn(4);
         const int hn = cuda::align_hist_ints(static_cast<int>(numel), E);
-        DevBuf dh(std::max(hn, 1) * 4);
+        DevBuf dh(std::max(hn, 1) * 4), dz(cuda::kAlignZeroInts * 4);
         cudaMemset(ds.ptr, 0x7F, ds.bytes);  // poisoned: every position must be written
         cudaMemset(de.ptr, 0x7F, de.bytes);
+        cudaMemset(dz.ptr, 0x7F, dz.bytes);  // the counters align zeroes
         cuda::launch_align(di.as<int32_t>(), static_cast<int>(numel), nullptr, E, block, cap, ds.as<int32_t>(),
-                           de.as<int32_t>(), dn.as<int32_t>(), hn > 0 ? dh.as<int32_t>() : nullptr, nullptr);
+                           de.as<int32_t>(), dn.as<int32_t>(), hn > 0 ? dh.as<int32_t>() : nullptr, nullptr,
+                           dz.as<int32_t>());
         ck(cudaDeviceSynchronize());
-        std::vector<int32_t> s(cap), e(cap / block);
+        std::vector<int32_t> s(cap), e(cap / block), z(cuda::kAlignZeroInts);
+        cudaMemcpy(z.data(), dz.ptr, dz.bytes, cudaMemcpyDeviceToHost);
+        for (int j = 0; j < cuda::kAlignZeroInts; ++j) ASSERT_EQ(z[j], 0) << "counter " << j << " numel " << numel;
         int32_t n = 0;
         cudaMemcpy(s.data(), ds.ptr, cap * 4, cudaMemcpyDeviceToHost);
         cudaMemcpy(e.data(), de.ptr, e.size() * 4, cudaMemcpyDeviceToHost);

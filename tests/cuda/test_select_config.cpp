@@ -186,8 +186,7 @@ TEST(SelectDecode, OneRowBlocksSplitOnlyForFill) {
   }
 }
 
-// The Hopper path's choice (select_sm90): from 17 rows per expert, from 16 for 16-bit / fp8 weights
-// with at most 16 experts, INT8 W8A8 from 2, int / W4A8 atoms from 8, fp4 units from 12; 64-row
+// The Hopper path's choice (select_sm90): 16-bit / fp8 weights from 16 rows per expert, INT8 W8A8 from 2, int / W4A8 atoms from 8, fp4 units from 12; 64-row
 // M-blocks for 16-bit / fp8 / INT8 W8A8 up to 40 rows (64 with >= 64 experts); the quantized-weight
 // kernel's token tile 32 / 64 / 128; the overrides replace the rules.
 TEST(SelectSm90, RowsPerExpertThresholds) {
@@ -196,9 +195,13 @@ TEST(SelectSm90, RowsPerExpertThresholds) {
   EXPECT_TRUE(select_sm90(16, 16, Sm90Kind::kPlain).wgmma);
   EXPECT_EQ(select_sm90(16, 16, Sm90Kind::kPlain).bm, 64);
   EXPECT_FALSE(select_sm90(15, 8, Sm90Kind::kPlain).wgmma);
-  // qwen3-30b-a3b M = 256 (16 rows, 128 experts): the 16-row tile stays
-  EXPECT_FALSE(select_sm90(16, 128, Sm90Kind::kPlain).wgmma);
-  EXPECT_TRUE(select_sm90(17, 128, Sm90Kind::kPlain).wgmma);
+  // qwen3-30b-a3b M = 256 (16 rows, 128 experts): the tile kernel on 64-row M-blocks; M = 64 (4 rows)
+  // and deepseek-v3 / gpt-oss-120b M = 256 (8 rows): not
+  EXPECT_TRUE(select_sm90(16, 128, Sm90Kind::kPlain).wgmma);
+  EXPECT_EQ(select_sm90(16, 128, Sm90Kind::kPlain).bm, 64);
+  EXPECT_FALSE(select_sm90(15, 128, Sm90Kind::kPlain).wgmma);
+  EXPECT_FALSE(select_sm90(4, 128, Sm90Kind::kPlain).wgmma);
+  EXPECT_FALSE(select_sm90(8, 256, Sm90Kind::kPlain).wgmma);
   // quantized-weight kernels: int atoms / W4A8 from 8 (32-row token tiles), fp4 units from 12
   EXPECT_FALSE(select_sm90(7, 8, Sm90Kind::kWq).wgmma);
   EXPECT_TRUE(select_sm90(8, 256, Sm90Kind::kWq).wgmma);  // deepseek-v3 / gpt-oss-120b M = 256
@@ -248,10 +251,18 @@ TEST(SelectSm90, StreamKernelRule) {
   EXPECT_FALSE(on(1, 8, 2, 112, true));     // mixtral-8x7b M = 1: 224 items
   EXPECT_FALSE(on(16, 8, 8, 112, true));    // mixtral-8x7b M = 64
   EXPECT_TRUE(on(8, 256, 256, 16, true));   // deepseek-v3 M = 256 fp8
-  EXPECT_FALSE(on(8, 256, 256, 16, false)); // ... bf16
-  EXPECT_FALSE(on(2, 256, 256, 16, true));  // deepseek-v3 M = 64
+  EXPECT_TRUE(on(8, 256, 256, 16, false));  // ... bf16: 4096 items, >= 24 per SM
+  EXPECT_TRUE(on(2, 256, 256, 16, true));   // deepseek-v3 M = 64 fp8: >= 10 items per SM
+  EXPECT_FALSE(on(2, 256, 256, 16, false)); // ... bf16 (1-4 rows: not)
+  EXPECT_TRUE(on(1, 256, 128, 16, true));   // deepseek-v3 M = 16 fp8: 2048 items
+  EXPECT_FALSE(on(1, 256, 8, 16, true));    // deepseek-v3 M = 1: 128 items
   EXPECT_TRUE(on(8, 128, 128, 23, true));   // gpt-oss-120b M = 256 fp8
-  EXPECT_FALSE(on(4, 128, 128, 6, true));   // qwen3-30b-a3b M = 64
+  EXPECT_FALSE(on(8, 128, 128, 23, false)); // ... bf16: 2944 items, < 24 per SM
+  EXPECT_TRUE(on(2, 128, 128, 23, true));   // gpt-oss-120b M = 64 fp8
+  EXPECT_TRUE(on(1, 128, 64, 23, true));    // gpt-oss-120b M = 16 fp8: 1472 items
+  EXPECT_FALSE(on(1, 128, 64, 23, false));  // ... bf16
+  EXPECT_FALSE(on(4, 128, 128, 6, true));   // qwen3-30b-a3b M = 64: 768 items
+  EXPECT_FALSE(on(1, 128, 128, 6, true));   // qwen3-30b-a3b M = 16
   EXPECT_FALSE(on(16, 128, 128, 6, true));  // qwen3-30b-a3b M = 256
   // INT8 W8A8: wherever the rows and items allow, many experts included
   EXPECT_TRUE(on(1, 256, 128, 16, true, -1, 0, true));    // deepseek-v3 M = 16

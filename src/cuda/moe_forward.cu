@@ -148,6 +148,12 @@ bool fp8_block_slots_on() { return env_on("QMOE_CUDA_FP8_BLOCK_SLOTS"); }
 // (measurements, tests; read per plan).
 bool wide_store_on() { return env_on("QMOE_CUDA_WIDE_STORE"); }
 
+// The tile kernel's 16-bit A rows copied straight from x (Sm90Gemm::a_src: no gather of x) where
+// select_a_direct takes it; QMOE_CUDA_A_DIRECT=0: always gathered into sorted rows, then TMA;
+// 1 / 2: copied from x at every size, a row per producer thread / 8 threads per row (measurements,
+// tests; read per plan).
+int a_direct_env() { return env_int("QMOE_CUDA_A_DIRECT", -1); }
+
 // The Hopper tile kernel and the one-CTA quantized-weight (wq) kernels persistent
 // (Sm90Gemm::tile_counter); QMOE_CUDA_PERSIST=0: one CTA per tile (measurements, tests; read per plan).
 bool persist_on() { return env_on("QMOE_CUDA_PERSIST"); }
@@ -258,6 +264,9 @@ struct ExpertsPlan {
   // quantized once per token into xq / xq_scale, then its codes gathered (ncu, deepseek-v3 fp8
   // M = 4096: quantizing each of the 8 slots of a token took 214 us, 72% SM-busy)
   bool quant_once = false;
+  // the tile kernel reads 16-bit x rows itself (Sm90Gemm::a_src, a_direct its copy form), where x is
+  // 16-byte aligned; 0: the gather
+  int a_direct = 0;
   // int4 WNA16 group scales folded into the wq kernel's operands (Sm90Gemm::fold) where a
   // projection has scales that change along K
   bool fold = false;
@@ -322,6 +331,8 @@ struct ExpertsPlan {
            q8_fits(ex.w2) && w4a8_qgmma_on();
       block_slots = ex.fmt == WFmt::kFP8 && fp8_block_slots_on();
       wide_store = wide_store_on();
+      if (!stream && !op.wq && !op.quant() && !weight_on_input && ex.hidden % 8 == 0)
+        a_direct = select_a_direct(rows_per_expert, a_direct_env());
       if (!stream && persist_on()) tile_counters = cv.take<int32_t>(kAlignZeroInts);
       as = cv.take<char>(static_cast<size_t>(cap) * ex.w13.kp * esz);
       hs = cv.take<char>(static_cast<size_t>(cap) * ex.w2.kp * 2);
@@ -494,7 +505,8 @@ void sync_check(cudaStream_t s, const char* what) {
   QMOE_CHECK(e == cudaSuccess, kInternal, "CUDA error ", cudaGetErrorString(e), " in ", what);
 }
 
-// The Hopper path of run_experts (sm90_moe.cuh): gather (+ fp8 quantization) -> wgmma GEMM1 +
+// The Hopper path of run_experts (sm90_moe.cuh): gather (+ fp8 quantization; for 16-bit x up to
+// 64 rows per expert the tile kernel copies x's rows itself: select_a_direct) -> wgmma GEMM1 +
 // activation -> (fp8 quantization of h) -> wgmma GEMM2 + router weight.
 void run_experts_sm90(const DevExperts& ex, const ExpertsPlan& pl, const void* x, const float* topk_w,
                       const int32_t* topk_ids, const int32_t* emap, bool on_input, cudaStream_t s) {
@@ -545,8 +557,12 @@ void run_experts_sm90(const DevExperts& ex, const ExpertsPlan& pl, const void* x
       g.code_scales = pl.xq_scale;
     }
   }
-  launch_sm90_gather(f16, g, s);
-  sync_check(s, "sm90_gather of x");
+  // 16-bit x straight into the tile kernel's stages (no gather), where x is 16-byte aligned
+  const bool a_direct = pl.a_direct > 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
+  if (!a_direct) {
+    launch_sm90_gather(f16, g, s);
+    sync_check(s, "sm90_gather of x");
+  }
 
   auto common = [&](Sm90Gemm& q, const DevProj& pr) {
     q.a_rows = pl.cap;
@@ -600,6 +616,12 @@ void run_experts_sm90(const DevExperts& ex, const ExpertsPlan& pl, const void* x
   g1.out = pl.hs;
   g1.ldo = ex.w2.kp;
   g1.tile_counter = pl.tile_counters;
+  if (a_direct) {
+    g1.a_src = x;
+    g1.a_src_pitch = H;
+    g1.a_row_div = pl.top_k;
+    g1.a_direct = pl.a_direct;
+  }
   launch(g1);
 
   const void* a2 = pl.hs;
@@ -817,7 +839,8 @@ std::string forward_kernels(const DevExperts& ex, int64_t m, int top_k) {
   if (p.routed.wg)
     return str(ex.method, " gemm1=sm90-wgmma", p.routed.bm == 128 ? "" : std::to_string(p.routed.bm),
                " gemm2=sm90-wgmma", p.routed.bm == 128 ? "" : std::to_string(p.routed.bm),
-               p.routed.quant_once ? " x-once" : "", p.routed.fold ? " fold" : "", p.routed.q8 ? " q8" : "");
+               p.routed.quant_once ? " x-once" : "", p.routed.a_direct ? (p.routed.a_direct == 2 ? " x-direct8" : " x-direct") : "", p.routed.fold ? " fold" : "",
+               p.routed.q8 ? " q8" : "");
   if (p.routed.dec)
     return str(ex.method, " gemm1=", p.routed.dec90_1 ? "decode90" : "decode", p.routed.dec_r == 16 ? "r16" : "",
                "/split", p.routed.c1.splits, " gemm2=", p.routed.dec90_2 ? "decode90" : "decode",

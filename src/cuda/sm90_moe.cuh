@@ -70,6 +70,14 @@ struct Sm90Gemm {
   // two column groups: twice the bytes per row per store); 0 (QMOE_CUDA_WIDE_STORE=0, measurements):
   // 2 columns per lane, as the accumulators lie. Bit-identical either way.
   int wide_store = 1;
+  // the tile kernel, 16-bit A only: non-null, the producer warpgroup copies each M-block's rows
+  // straight from the token rows (row sorted_ids[pos] / a_row_div of a_src, a_src_pitch elements
+  // apart; cp.async, 16 bytes per copy, zeros past k and for padding positions) into the stages,
+  // in the 128B-swizzled layout TMA writes, so the layer needs no gather of x; null: A by TMA.
+  const void* a_src = nullptr;
+  int a_src_pitch = 0;
+  int a_row_div = 1;
+  int a_direct = 1;  // with a_src: 1 a row per producer thread, 2 eight threads per row (whole sectors)
   // epilogue
   int stage = 1;                    // 1: h[pos][ldo] = act(...) (operand dtype); 2: o[slot][ldo] f32 * topk_w
   int act = 0;

@@ -72,8 +72,9 @@ struct Sm90Cfg {
   static constexpr int WN = BM == kBM ? BN : BN / 2;  // columns of one consumer warpgroup
   static constexpr int NACC = WN / 2;                 // fp32 accumulators per thread (64 rows x WN / 128 threads)
   // + barriers, the tile's column / row scales (fp8, INT8) and bias, the tile of each stage
-  // (persistent kernel), alignment
-  static constexpr int SMEM = STAGES * (A_ST + B_ST) + 2 * STAGES * 8 + (2 * BN + BM) * 4 + STAGES * 4 + 1024;
+  // (persistent kernel), the producers' next tile (two) and the M-block's token rows (Sm90Gemm::a_src),
+  // alignment
+  static constexpr int SMEM = STAGES * (A_ST + B_ST) + 2 * STAGES * 8 + (2 * BN + BM) * 4 + (STAGES + 2 + BM) * 4 + 1024;
 };
 
 // ---- PTX helpers (sm_90) -------------------------------------------------------------------------
@@ -187,10 +188,13 @@ __global__ void __launch_bounds__(384, 1)
   auto tile_at = [&](int L, int& mb, int& nb, int& e) { return raster_tile(p, L, ntn, BM, used_rows, mb, nb, e); };
 
   const int wg = threadIdx.x >> 7, tid = threadIdx.x & 127;
+  // A rows straight from the token rows (16-bit only): the producer warpgroup's 128 threads copy
+  // one row each and arrive on the stage's full barrier when their copies land (+ 128 arrivals)
+  const bool direct = !FP8 && p.a_src != nullptr && p.a_direct > 0;
   if (threadIdx.x == 0) {
 #pragma unroll
     for (int s = 0; s < STAGES; ++s) {
-      mbar_init(&full[s], 1);
+      mbar_init(&full[s], direct ? 1 + 128 : 1);
       mbar_init(&empty[s], 8);  // one arrival per consumer warp (both warpgroups, tail tiles too)
     }
     mbar_init_fence();
@@ -198,9 +202,91 @@ __global__ void __launch_bounds__(384, 1)
   __syncthreads();
   const int nk = (p.k + BK - 1) / BK;
   const int w_nt = sm90_plain_nt(p.np), w_kt = sm90_plain_kt(p.kp, FP8 ? 8 : 16);
+  auto load_b = [&](int s, int kt, int nb, int e) {  // the plain copy is stored swizzled: one 1-D bulk copy per box
+    bulk_load(sB + s * C::B_ST + (kt % C::KH) * BN * 128,
+              static_cast<const uint8_t*>(p.w) +
+                  (static_cast<int64_t>((e * w_nt + nb * BN / 256) * w_kt + kt) * 256 + nb * BN % 256) * 128,
+              BN * 128, &full[s]);
+  };
 
   if (wg == 0) {
     setmaxnreg_dec<40>();
+    if (direct) {
+      // A row's 128-byte k box is 8 x 16 bytes, chunk c going to position c ^ (row & 7)
+      // (SWIZZLE_128B: the stage is 1024-byte aligned), zeros past k and for padding positions (what
+      // TMA's bounds gave the gathered rows). a_direct 1: thread `tid` copies row tid (a warp's copy
+      // touches 32 rows, half a sector each); 2: 8 threads per row, a warp 4 whole rows per copy, the
+      // rows' tokens staged in shared memory per tile. Thread 0 also publishes the tile, expects the
+      // weight box's bytes and issues its bulk copy; the next tile index goes to the warpgroup
+      // through shared memory (two slots: a slot is rewritten two tiles later, after a barrier every
+      // thread has passed).
+      int* s_next = s_tile + STAGES;
+      int* s_tok = s_next + 2;  // [BM] the M-block's token rows (-1: padding)
+      const char* xs = static_cast<const char*>(p.a_src);
+      const int64_t pitch = static_cast<int64_t>(p.a_src_pitch) * 2;
+      const bool rows8 = p.a_direct == 2;
+      int it = 0, par = 0;
+      for (int L = blockIdx.x;;) {
+        if (L >= ntiles) {  // no more tiles: -1 beside the next stage, its full barrier completed without data
+          const int s = it % STAGES;
+          mbar_wait(&empty[s], ((it / STAGES) & 1) ^ 1);
+          if (tid == 0) {
+            s_tile[s] = -1;
+            mbar_arrive(&full[s]);
+          }
+          mbar_arrive(&full[s]);
+          break;
+        }
+        int mb, nb, e;
+        if (tile_at(L, mb, nb, e)) {
+          const char* src = nullptr;
+          if (tid < BM) {
+            const int sid = p.sorted_ids[mb * BM + tid];
+            if (sid < p.numel) src = xs + static_cast<int64_t>(sid / p.a_row_div) * pitch;
+            if (rows8) s_tok[tid] = sid < p.numel ? sid / p.a_row_div : -1;
+          }
+          if (rows8) named_bar_sync(3, 128);  // s_tok complete (it was last read before the previous tile's index barrier)
+          uint8_t* dst_row = sA + tid * 128;
+          for (int kb = 0; kb < nk; ++kb, ++it) {
+            const int s = it % STAGES;
+            mbar_wait(&empty[s], ((it / STAGES) & 1) ^ 1);
+            if (tid == 0) {
+              if (kb == 0) s_tile[s] = L;  // published by the barrier's completion (release; the wait acquires)
+              mbar_expect_tx(&full[s], C::B_ST);
+              load_b(s, kb, nb, e);
+            }
+            if (rows8) {
+              const int c = tid & 7, col = kb * 64 + c * 8;
+#pragma unroll
+              for (int i = 0; i < BM / 16; ++i) {
+                const int r = i * 16 + (tid >> 3), tok = s_tok[r];
+                const bool in = tok >= 0 && col < p.k;
+                cp_async16_zfill(sA + s * C::A_ST + r * 128 + ((c ^ (r & 7)) << 4),
+                                 in ? xs + static_cast<int64_t>(tok) * pitch + col * 2 : xs, in ? 16 : 0);
+              }
+            } else if (tid < BM) {
+              const int k0 = kb * 64;
+#pragma unroll
+              for (int c = 0; c < 8; ++c) {
+                const int col = k0 + c * 8;
+                const bool in = src != nullptr && col < p.k;
+                cp_async16_zfill(dst_row + s * C::A_ST + ((c ^ (tid & 7)) << 4), in ? src + col * 2 : xs, in ? 16 : 0);
+              }
+            }
+            cp_async_arrive_noinc(&full[s]);
+          }
+        }
+        if (p.tile_counter == nullptr) {
+          L = ntiles;
+        } else {
+          if (tid == 0) s_next[par] = gridDim.x + atomicAdd(p.tile_counter, 1);
+          named_bar_sync(3, 128);
+          L = s_next[par];
+          par ^= 1;
+        }
+      }
+      return;
+    }
     if (tid == 0) {
       asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&tma_a)) : "memory");
       int it = 0;
@@ -223,12 +309,9 @@ __global__ void __launch_bounds__(384, 1)
           for (int h = 0; h < C::KH; ++h) {
             const int kt = kb * C::KH + h;  // 128-byte k tile
             tma_load_2d(sA + s * C::A_ST + h * BM * 128, &tma_a, &full[s], kt * (BK / C::KH), mb * BM);
-            // the plain copy is stored swizzled: one contiguous 1-D bulk copy per box (a 2-D TMA
-            // box of the same bytes streamed 4-7% slower: gpu_ceiling ring2 on the H200)
-            bulk_load(sB + s * C::B_ST + h * BN * 128,
-                      static_cast<const uint8_t*>(p.w) +
-                          (static_cast<int64_t>((e * w_nt + nb * BN / 256) * w_kt + kt) * 256 + nb * BN % 256) * 128,
-                      BN * 128, &full[s]);
+            // (a 2-D TMA box of the weights' bytes streamed 4-7% slower than the bulk copy:
+            // gpu_ceiling ring2 on the H200)
+            load_b(s, kt, nb, e);
           }
         }
       }
@@ -343,6 +426,7 @@ __global__ void __launch_bounds__(384, 1)
         const int s = (it + kb) % STAGES;
         mbar_wait(&full[s], ((it + kb) / STAGES) & 1);
         if (kb == 0) QMOE_TRACE(1);
+        if (direct) fence_proxy_async_smem();  // A came by cp.async (the generic proxy); wgmma reads it
         const uint8_t* a_st = sA + s * C::A_ST + rw * 128;
         const uint8_t* b_st = sB + s * C::B_ST + cn * 128;
         wgmma_fence();

@@ -50,6 +50,21 @@ __device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t b
                : "memory");
 }
 
+// 16-byte cp.async global -> shared (L2 only), zeros where `bytes` is 0 (the source is not read).
+__device__ __forceinline__ void cp_async16_zfill(void* dst, const void* src, uint32_t bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)), "l"(src), "r"(bytes) : "memory");
+}
+// An arrival on `bar` when this thread's earlier cp.asyncs have landed (counted in the barrier's
+// arrival count: .noinc).
+__device__ __forceinline__ void cp_async_arrive_noinc(uint64_t* bar) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_u32(bar)) : "memory");
+}
+// Orders shared-memory writes of the generic proxy (cp.async, st.shared) that this thread has
+// synchronized with before its later async-proxy reads (wgmma operands, bulk copies).
+__device__ __forceinline__ void fence_proxy_async_smem() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
 // L2 policy "evict first" for data read once (a streamed weight box), so that it does not push
 // out what is read again (token tiles, scales).
 __device__ __forceinline__ uint64_t l2_evict_first_policy() {

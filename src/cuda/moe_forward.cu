@@ -839,8 +839,9 @@ std::string forward_kernels(const DevExperts& ex, int64_t m, int top_k) {
   if (p.routed.wg)
     return str(ex.method, " gemm1=sm90-wgmma", p.routed.bm == 128 ? "" : std::to_string(p.routed.bm),
                " gemm2=sm90-wgmma", p.routed.bm == 128 ? "" : std::to_string(p.routed.bm),
-               p.routed.quant_once ? " x-once" : "", p.routed.a_direct ? (p.routed.a_direct == 2 ? " x-direct8" : " x-direct") : "", p.routed.fold ? " fold" : "",
-               p.routed.q8 ? " q8" : "");
+               p.routed.quant_once ? " x-once" : "",
+               p.routed.a_direct == 2 ? " x-direct8" : p.routed.a_direct == 1 ? " x-direct" : "",
+               p.routed.fold ? " fold" : "", p.routed.q8 ? " q8" : "");
   if (p.routed.dec)
     return str(ex.method, " gemm1=", p.routed.dec90_1 ? "decode90" : "decode", p.routed.dec_r == 16 ? "r16" : "",
                "/split", p.routed.c1.splits, " gemm2=", p.routed.dec90_2 ? "decode90" : "decode",

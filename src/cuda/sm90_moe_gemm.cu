@@ -74,7 +74,8 @@ struct Sm90Cfg {
   // + barriers, the tile's column / row scales (fp8, INT8) and bias, the tile of each stage
   // (persistent kernel), the producers' next tile (two) and the M-block's token rows (Sm90Gemm::a_src),
   // alignment
-  static constexpr int SMEM = STAGES * (A_ST + B_ST) + 2 * STAGES * 8 + (2 * BN + BM) * 4 + (STAGES + 2 + BM) * 4 + 1024;
+  static constexpr int SMEM =
+      STAGES * (A_ST + B_ST) + 2 * STAGES * 8 + (2 * BN + BM) * 4 + (STAGES + 2 + BM) * 4 + 1024;
 };
 
 // ---- PTX helpers (sm_90) -------------------------------------------------------------------------
@@ -245,7 +246,8 @@ __global__ void __launch_bounds__(384, 1)
             if (sid < p.numel) src = xs + static_cast<int64_t>(sid / p.a_row_div) * pitch;
             if (rows8) s_tok[tid] = sid < p.numel ? sid / p.a_row_div : -1;
           }
-          if (rows8) named_bar_sync(3, 128);  // s_tok complete (it was last read before the previous tile's index barrier)
+          // s_tok complete (its last reads came before the previous tile's index barrier)
+          if (rows8) named_bar_sync(3, 128);
           uint8_t* dst_row = sA + tid * 128;
           for (int kb = 0; kb < nk; ++kb, ++it) {
             const int s = it % STAGES;

@@ -188,7 +188,7 @@ inline void select_sm90_stream(Sm90Choice& c, int64_t rows, int num_experts, int
                                int sms, bool eligible, int stream_mode = -1, int nt = 0, bool int8 = false) {
   const int64_t items = touched * boxes;
   bool on = rows <= 8 && items >= int64_t{4} * sms &&
-            (num_experts <= 16 || int8 || (fp8 && rows > 4) || (fp8 && items >= int64_t{10} * sms) ||
+            (num_experts <= 16 || int8 || (fp8 && (rows > 4 || items >= int64_t{10} * sms)) ||
              (rows > 4 && items >= int64_t{24} * sms));
   if (stream_mode == 1) on = true;
   else if (stream_mode == 0) on = false;
@@ -197,8 +197,8 @@ inline void select_sm90_stream(Sm90Choice& c, int64_t rows, int num_experts, int
   c.stream = true;
   c.bm = nt == 16 || nt == 64 ? nt : rows <= 16 ? 16 : 64;
 }
-// Whether the tile kernel copies 16-bit A rows straight from x (Sm90Gemm::a_src; its form, 1 or 2)
-// instead of a gather into sorted rows loaded by TMA (0). Measured on the H200 (twenty-third
+// Whether the tile kernel copies 16-bit A rows straight from x (Sm90Gemm::a_src) instead of a
+// gather into sorted rows loaded by TMA. Measured on the H200 (twenty-third
 // session, bf16, two runs each): r3, a row per producer thread (form 1) against the gather,
 // 1.01-1.05x up to 64 rows per expert (qwen3-30b-a3b M = 256 / 1024 1.05 / 1.04x, deepseek-v3 M =
 // 1024 1.02x, mixtral-8x7b M = 256 1.02x: the gather's launch and its rows' write and read are
@@ -206,12 +206,12 @@ inline void select_sm90_stream(Sm90Choice& c, int64_t rows, int num_experts, int
 // qwen3-30b-a3b M = 4096 GEMM1 380 -> 492 us: the compute-bound mainloop waits on the producer's
 // copies); r4, 8 threads per row (form 2, whole sectors) against form 1: 1.00-1.02x up to 64 rows,
 // 1.01-1.09x from 128 (deepseek-v3 M = 4096 1.09x), still 0.83-0.97x against the gather there
-// (mixtral-8x7b M = 4096 0.83x). Hence form 2 up to 64 rows: against the gather qwen3-30b-a3b
-// M = 256 / 1024 1.05 / 1.03x, deepseek-v3 M = 1024 1.03x, mixtral-8x7b M = 256 1.04x. env: -1 the
-// rule, 0 never, 1 / 2 that form at every size (QMOE_CUDA_A_DIRECT).
-inline int select_a_direct(int64_t rows, int env = -1) {
-  if (env >= 0) return env <= 2 ? env : 0;
-  return rows <= 64 ? 2 : 0;
+// (mixtral-8x7b M = 4096 0.83x). Hence form 2 (the kernel's only form since) up to 64 rows: against
+// the gather qwen3-30b-a3b M = 256 / 1024 1.05 / 1.03x, deepseek-v3 M = 1024 1.03x, mixtral-8x7b
+// M = 256 1.04x. env: -1 the rule, 0 never, 1 at every size (QMOE_CUDA_A_DIRECT).
+inline bool select_a_direct(int64_t rows, int env = -1) {
+  if (env >= 0) return env == 1;
+  return rows <= 64;
 }
 // Whether the streaming kernel bulk-copies its weight boxes with an L2 evict-first policy: where the
 // layer's token rows (the M-blocks' B operands, re-read for every weight box) would not stay in L2

@@ -149,9 +149,8 @@ bool fp8_block_slots_on() { return env_on("QMOE_CUDA_FP8_BLOCK_SLOTS"); }
 bool wide_store_on() { return env_on("QMOE_CUDA_WIDE_STORE"); }
 
 // The tile kernel's 16-bit A rows copied straight from x (Sm90Gemm::a_src: no gather of x) where
-// select_a_direct takes it; QMOE_CUDA_A_DIRECT=0: always gathered into sorted rows, then TMA;
-// 1 / 2: copied from x at every size, a row per producer thread / 8 threads per row (measurements,
-// tests; read per plan).
+// select_a_direct takes it; QMOE_CUDA_A_DIRECT=0: always gathered into sorted rows, then TMA; 1:
+// copied from x at every size (measurements, tests; read per plan).
 int a_direct_env() { return env_int("QMOE_CUDA_A_DIRECT", -1); }
 
 // The Hopper tile kernel and the one-CTA quantized-weight (wq) kernels persistent
@@ -264,9 +263,8 @@ struct ExpertsPlan {
   // quantized once per token into xq / xq_scale, then its codes gathered (ncu, deepseek-v3 fp8
   // M = 4096: quantizing each of the 8 slots of a token took 214 us, 72% SM-busy)
   bool quant_once = false;
-  // the tile kernel reads 16-bit x rows itself (Sm90Gemm::a_src, a_direct its copy form), where x is
-  // 16-byte aligned; 0: the gather
-  int a_direct = 0;
+  // the tile kernel reads 16-bit x rows itself (Sm90Gemm::a_src), where x is 16-byte aligned
+  bool a_direct = false;
   // int4 WNA16 group scales folded into the wq kernel's operands (Sm90Gemm::fold) where a
   // projection has scales that change along K
   bool fold = false;
@@ -558,7 +556,7 @@ void run_experts_sm90(const DevExperts& ex, const ExpertsPlan& pl, const void* x
     }
   }
   // 16-bit x straight into the tile kernel's stages (no gather), where x is 16-byte aligned
-  const bool a_direct = pl.a_direct > 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
+  const bool a_direct = pl.a_direct && reinterpret_cast<uintptr_t>(x) % 16 == 0;
   if (!a_direct) {
     launch_sm90_gather(f16, g, s);
     sync_check(s, "sm90_gather of x");
@@ -620,7 +618,6 @@ void run_experts_sm90(const DevExperts& ex, const ExpertsPlan& pl, const void* x
     g1.a_src = x;
     g1.a_src_pitch = H;
     g1.a_row_div = pl.top_k;
-    g1.a_direct = pl.a_direct;
   }
   launch(g1);
 
@@ -840,8 +837,7 @@ std::string forward_kernels(const DevExperts& ex, int64_t m, int top_k) {
     return str(ex.method, " gemm1=sm90-wgmma", p.routed.bm == 128 ? "" : std::to_string(p.routed.bm),
                " gemm2=sm90-wgmma", p.routed.bm == 128 ? "" : std::to_string(p.routed.bm),
                p.routed.quant_once ? " x-once" : "",
-               p.routed.a_direct == 2 ? " x-direct8" : p.routed.a_direct == 1 ? " x-direct" : "",
-               p.routed.fold ? " fold" : "", p.routed.q8 ? " q8" : "");
+               p.routed.a_direct ? " x-direct" : "", p.routed.fold ? " fold" : "", p.routed.q8 ? " q8" : "");
   if (p.routed.dec)
     return str(ex.method, " gemm1=", p.routed.dec90_1 ? "decode90" : "decode", p.routed.dec_r == 16 ? "r16" : "",
                "/split", p.routed.c1.splits, " gemm2=", p.routed.dec90_2 ? "decode90" : "decode",

@@ -77,7 +77,6 @@ struct Sm90Gemm {
   const void* a_src = nullptr;
   int a_src_pitch = 0;
   int a_row_div = 1;
-  int a_direct = 1;  // with a_src: 1 a row per producer thread, 2 eight threads per row (whole sectors)
   // epilogue
   int stage = 1;                    // 1: h[pos][ldo] = act(...) (operand dtype); 2: o[slot][ldo] f32 * topk_w
   int act = 0;

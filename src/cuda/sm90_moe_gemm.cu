@@ -190,8 +190,8 @@ __global__ void __launch_bounds__(384, 1)
 
   const int wg = threadIdx.x >> 7, tid = threadIdx.x & 127;
   // A rows straight from the token rows (16-bit only): the producer warpgroup's 128 threads copy
-  // one row each and arrive on the stage's full barrier when their copies land (+ 128 arrivals)
-  const bool direct = !FP8 && p.a_src != nullptr && p.a_direct > 0;
+  // them and arrive on the stage's full barrier when their copies land (+ 128 arrivals)
+  const bool direct = !FP8 && p.a_src != nullptr;
   if (threadIdx.x == 0) {
 #pragma unroll
     for (int s = 0; s < STAGES; ++s) {
@@ -215,17 +215,16 @@ __global__ void __launch_bounds__(384, 1)
     if (direct) {
       // A row's 128-byte k box is 8 x 16 bytes, chunk c going to position c ^ (row & 7)
       // (SWIZZLE_128B: the stage is 1024-byte aligned), zeros past k and for padding positions (what
-      // TMA's bounds gave the gathered rows). a_direct 1: thread `tid` copies row tid (a warp's copy
-      // touches 32 rows, half a sector each); 2: 8 threads per row, a warp 4 whole rows per copy, the
-      // rows' tokens staged in shared memory per tile. Thread 0 also publishes the tile, expects the
-      // weight box's bytes and issues its bulk copy; the next tile index goes to the warpgroup
-      // through shared memory (two slots: a slot is rewritten two tiles later, after a barrier every
-      // thread has passed).
+      // TMA's bounds gave the gathered rows). 8 threads per row: a warp's copy is 4 whole rows (a
+      // thread per row, half a sector per copy, measured 0.98-1.00x of this up to 64 rows per
+      // expert); the M-block's token rows are staged in shared memory per tile. Thread 0 also
+      // publishes the tile, expects the weight box's bytes and issues its bulk copy; the next tile
+      // index goes to the warpgroup through shared memory (two slots: a slot is rewritten two tiles
+      // later, after a barrier every thread has passed).
       int* s_next = s_tile + STAGES;
       int* s_tok = s_next + 2;  // [BM] the M-block's token rows (-1: padding)
       const char* xs = static_cast<const char*>(p.a_src);
       const int64_t pitch = static_cast<int64_t>(p.a_src_pitch) * 2;
-      const bool rows8 = p.a_direct == 2;
       int it = 0, par = 0;
       for (int L = blockIdx.x;;) {
         if (L >= ntiles) {  // no more tiles: -1 beside the next stage, its full barrier completed without data
@@ -240,15 +239,11 @@ __global__ void __launch_bounds__(384, 1)
         }
         int mb, nb, e;
         if (tile_at(L, mb, nb, e)) {
-          const char* src = nullptr;
           if (tid < BM) {
             const int sid = p.sorted_ids[mb * BM + tid];
-            if (sid < p.numel) src = xs + static_cast<int64_t>(sid / p.a_row_div) * pitch;
-            if (rows8) s_tok[tid] = sid < p.numel ? sid / p.a_row_div : -1;
+            s_tok[tid] = sid < p.numel ? sid / p.a_row_div : -1;
           }
-          // s_tok complete (its last reads came before the previous tile's index barrier)
-          if (rows8) named_bar_sync(3, 128);
-          uint8_t* dst_row = sA + tid * 128;
+          named_bar_sync(3, 128);  // s_tok complete (its last reads came before the previous tile's index barrier)
           for (int kb = 0; kb < nk; ++kb, ++it) {
             const int s = it % STAGES;
             mbar_wait(&empty[s], ((it / STAGES) & 1) ^ 1);
@@ -257,23 +252,13 @@ __global__ void __launch_bounds__(384, 1)
               mbar_expect_tx(&full[s], C::B_ST);
               load_b(s, kb, nb, e);
             }
-            if (rows8) {
-              const int c = tid & 7, col = kb * 64 + c * 8;
+            const int c = tid & 7, col = kb * 64 + c * 8;
 #pragma unroll
-              for (int i = 0; i < BM / 16; ++i) {
-                const int r = i * 16 + (tid >> 3), tok = s_tok[r];
-                const bool in = tok >= 0 && col < p.k;
-                cp_async16_zfill(sA + s * C::A_ST + r * 128 + ((c ^ (r & 7)) << 4),
-                                 in ? xs + static_cast<int64_t>(tok) * pitch + col * 2 : xs, in ? 16 : 0);
-              }
-            } else if (tid < BM) {
-              const int k0 = kb * 64;
-#pragma unroll
-              for (int c = 0; c < 8; ++c) {
-                const int col = k0 + c * 8;
-                const bool in = src != nullptr && col < p.k;
-                cp_async16_zfill(dst_row + s * C::A_ST + ((c ^ (tid & 7)) << 4), in ? src + col * 2 : xs, in ? 16 : 0);
-              }
+            for (int i = 0; i < BM / 16; ++i) {
+              const int r = i * 16 + (tid >> 3), tok = s_tok[r];
+              const bool in = tok >= 0 && col < p.k;
+              cp_async16(sA + s * C::A_ST + r * 128 + ((c ^ (r & 7)) << 4),
+                         in ? xs + static_cast<int64_t>(tok) * pitch + col * 2 : xs, in ? 16 : 0);
             }
             cp_async_arrive_noinc(&full[s]);
           }
@@ -1804,12 +1789,12 @@ CUtensorMap make_map(const void* base, bool byte_elems, int k, int rows, int64_t
   return m;
 }
 
-// The grid of a raster of `tiles` tiles: one CTA per tile, or (persistent: the CTAs take tiles from
-// Sm90Gemm::tile_counter) one per SM
 // Tiles of the grouped raster (raster_tile): the M-blocks rounded up to whole groups of kGroupM,
 // x ntn N tiles. The kernels spell the same expression out: as a call, ptxas scheduled 36 of them
 // differently from the builds measured on the H200.
 int raster_tiles(int max_blocks, int ntn) { return (max_blocks + kGroupM - 1) / kGroupM * kGroupM * ntn; }
+// The grid of a raster of `tiles` tiles: one CTA per tile, or (persistent: the CTAs take tiles from
+// Sm90Gemm::tile_counter) one per SM
 dim3 raster_grid(int tiles, bool persistent) {
   return dim3(static_cast<unsigned>(persistent ? std::min(tiles, device_sm_count()) : tiles));
 }

@@ -50,10 +50,6 @@ __device__ __forceinline__ void bulk_load(void* dst, const void* src, uint32_t b
                : "memory");
 }
 
-// 16-byte cp.async global -> shared (L2 only), zeros where `bytes` is 0 (the source is not read).
-__device__ __forceinline__ void cp_async16_zfill(void* dst, const void* src, uint32_t bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)), "l"(src), "r"(bytes) : "memory");
-}
 // An arrival on `bar` when this thread's earlier cp.asyncs have landed (counted in the barrier's
 // arrival count: .noinc).
 __device__ __forceinline__ void cp_async_arrive_noinc(uint64_t* bar) {

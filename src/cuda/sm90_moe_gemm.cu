@@ -635,8 +635,7 @@ __global__ void __launch_bounds__(384, 1)
       }
     } else {
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      {
+      for (int h = 0; h < 2; ++h) {
         const int sid = o_sid[h];
         if (sid >= p.numel) continue;
         const float w = o_w[h];
@@ -653,7 +652,6 @@ __global__ void __launch_bounds__(384, 1)
           *reinterpret_cast<float2*>(orow + n) = make_float2(v0 * w, v1 * w);
         }
       }
-    }
     }
     QMOE_TRACE(3);
     it += nk;

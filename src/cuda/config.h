@@ -208,10 +208,23 @@ inline void select_sm90_stream(Sm90Choice& c, int64_t rows, int num_experts, int
 // 1.01-1.09x from 128 (deepseek-v3 M = 4096 1.09x), still 0.83-0.97x against the gather there
 // (mixtral-8x7b M = 4096 0.83x). Hence form 2 (the kernel's only form since) up to 64 rows: against
 // the gather qwen3-30b-a3b M = 256 / 1024 1.05 / 1.03x, deepseek-v3 M = 1024 1.03x, mixtral-8x7b
-// M = 256 1.04x. env: -1 the rule, 0 never, 1 at every size (QMOE_CUDA_A_DIRECT).
+// M = 256 1.04x. (A TMA box per row instead of the cp.async, twenty-fourth session r5: 0.36-1.00x
+// of the gather, mixtral-8x7b M = 256 0.36x: the TMA unit's rate for 128-byte boxes, not the
+// bytes, set the pace.) env: -1 the rule, 0 never, 1 at every size (QMOE_CUDA_A_DIRECT).
 inline bool select_a_direct(int64_t rows, int env = -1) {
   if (env >= 0) return env == 1;
   return rows <= 64;
+}
+// Whether the tile kernel's 128-row M-blocks run as CTA pairs on adjacent N tiles sharing A by TMA
+// multicast (Sm90Gemm::cluster2). Measured on the H200 (twenty-fourth session, r3 / r4, two runs
+// each, M = 256-4096): 16-bit weights 1.00-1.04x (deepseek-v3 M = 4096 1.04x, llama4-scout M = 1024
+// 1.03x); fp8 per channel 0.98-1.04x, fp8 128 x 128 blocks 0.96-1.00x (geomean 0.997 over 30 fp8
+// rows): ncu, mixtral-8x7b fp8 M = 4096, the L2 bytes fell 20% at the same 53-55% tensor activity,
+// so L2 is not what limits that tile. Hence 16-bit only. env: -1 the rule, 0 never, 1 always
+// (QMOE_CUDA_PAIRS).
+inline bool select_pairs(bool fp8, int env = -1) {
+  if (env >= 0) return env == 1;
+  return !fp8;
 }
 // Whether the streaming kernel bulk-copies its weight boxes with an L2 evict-first policy: where the
 // layer's token rows (the M-blocks' B operands, re-read for every weight box) would not stay in L2

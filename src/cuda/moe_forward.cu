@@ -148,6 +148,11 @@ bool fp8_block_slots_on() { return env_on("QMOE_CUDA_FP8_BLOCK_SLOTS"); }
 // (measurements, tests; read per plan).
 bool wide_store_on() { return env_on("QMOE_CUDA_WIDE_STORE"); }
 
+// The tile kernel on 128-row M-blocks as CTA pairs sharing A by multicast (Sm90Gemm::cluster2) where
+// select_pairs takes them; QMOE_CUDA_PAIRS=0: never, 1: wherever the kernel can (measurements,
+// tests; read per plan).
+int pairs_env() { return env_int("QMOE_CUDA_PAIRS", -1); }
+
 // The tile kernel's 16-bit A rows copied straight from x (Sm90Gemm::a_src: no gather of x) where
 // select_a_direct takes it; QMOE_CUDA_A_DIRECT=0: always gathered into sorted rows, then TMA; 1:
 // copied from x at every size (measurements, tests; read per plan).
@@ -274,6 +279,8 @@ struct ExpertsPlan {
   bool block_slots = false;
   // the tile kernel's epilogue 4 columns per lane (Sm90Gemm::wide_store)
   bool wide_store = true;
+  // the tile kernel's CTA pairs (Sm90Gemm::cluster2)
+  bool pairs = false;
   // the tile / wq kernels persistent: GEMM1's and GEMM2's tile counters (Sm90Gemm::tile_counter),
   // zeroed by align (kAlignZeroInts)
   int32_t* tile_counters = nullptr;
@@ -331,6 +338,9 @@ struct ExpertsPlan {
       wide_store = wide_store_on();
       if (!stream && !op.wq && !op.quant() && !weight_on_input && ex.hidden % 8 == 0)
         a_direct = select_a_direct(rows_per_expert, a_direct_env());
+      // (x's rows copied by the producer threads keep one CTA per tile: pairs load A by TMA)
+      pairs = !op.i8 && !op.wq && !stream && bm == 128 && !a_direct &&
+              select_pairs(ex.fmt == WFmt::kFP8, pairs_env());
       if (!stream && persist_on()) tile_counters = cv.take<int32_t>(kAlignZeroInts);
       as = cv.take<char>(static_cast<size_t>(cap) * ex.w13.kp * esz);
       hs = cv.take<char>(static_cast<size_t>(cap) * ex.w2.kp * 2);
@@ -595,6 +605,7 @@ void run_experts_sm90(const DevExperts& ex, const ExpertsPlan& pl, const void* x
     q.q8 = pl.q8 ? 1 : 0;
     q.block_slots = pl.block_slots ? 1 : 0;
     q.wide_store = pl.wide_store ? 1 : 0;
+    q.cluster2 = pl.pairs ? 1 : 0;
   };
   // int4 / int8 weights: the quantized-weight wgmma kernel on the prepared atoms
   auto launch = [&](const Sm90Gemm& q) {
@@ -837,7 +848,8 @@ std::string forward_kernels(const DevExperts& ex, int64_t m, int top_k) {
     return str(ex.method, " gemm1=sm90-wgmma", p.routed.bm == 128 ? "" : std::to_string(p.routed.bm),
                " gemm2=sm90-wgmma", p.routed.bm == 128 ? "" : std::to_string(p.routed.bm),
                p.routed.quant_once ? " x-once" : "",
-               p.routed.a_direct ? " x-direct" : "", p.routed.fold ? " fold" : "", p.routed.q8 ? " q8" : "");
+               p.routed.a_direct ? " x-direct" : "", p.routed.fold ? " fold" : "", p.routed.q8 ? " q8" : "",
+               p.routed.pairs ? " pairs" : "");
   if (p.routed.dec)
     return str(ex.method, " gemm1=", p.routed.dec90_1 ? "decode90" : "decode", p.routed.dec_r == 16 ? "r16" : "",
                "/split", p.routed.c1.splits, " gemm2=", p.routed.dec90_2 ? "decode90" : "decode",

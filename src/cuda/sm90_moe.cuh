@@ -70,6 +70,11 @@ struct Sm90Gemm {
   // two column groups: twice the bytes per row per store); 0 (QMOE_CUDA_WIDE_STORE=0, measurements):
   // 2 columns per lane, as the accumulators lie. Bit-identical either way.
   int wide_store = 1;
+  // the 16-bit / fp8 tile kernel with 128-row M-blocks and A by TMA: 1 runs CTA pairs (clusters of
+  // two) on adjacent N tiles of one M-block, each CTA loading half of the A box's rows into both (TMA
+  // multicast: A read from L2 once per pair); 0: every CTA loads its own A. Bit-identical either way
+  // (the same operands and arithmetic per tile).
+  int cluster2 = 0;
   // the tile kernel, 16-bit A only: non-null, the producer warpgroup copies each M-block's rows
   // straight from the token rows (row sorted_ids[pos] / a_row_div of a_src, a_src_pitch elements
   // apart; cp.async, 16 bytes per copy, zeros past k and for padding positions) into the stages,

@@ -47,6 +47,9 @@ constexpr int kGroupM = 8;
 // BM = 128: each consumer warpgroup multiplies 64 of the rows by all BN columns; BM = 64 (few rows
 // per expert, where 128-row M-blocks were half padding): both warpgroups multiply the 64 rows, each
 // by half of the BN columns (m64n128 HGMMA / m64n64 QGMMA), so a weight tile still streams once.
+#ifndef QMOE_SM90_FP8_KH
+#define QMOE_SM90_FP8_KH 2  // 128-k boxes per stage of the byte tiles (1: 6 stages of one box, for A/B builds)
+#endif
 #ifndef QMOE_SM90_I8_BN
 #define QMOE_SM90_I8_BN 256  // INT8 W8A8's tile width (128: the earlier form, for A/B builds)
 #endif
@@ -64,18 +67,19 @@ struct Sm90Cfg {
   // from L2 at 56% tensor activity); n256 needs 3/4 of it.
   static constexpr bool kWide = !FP8 || (I8 && QMOE_SM90_I8_BN == 256);
   static constexpr int BN = kWide ? 256 : 128;
-  static constexpr int KH = kWide ? 1 : 2;           // 128-byte k boxes per stage
-  static constexpr int BK = KH * (FP8 ? 128 : 64);   // elements per stage
-  static constexpr int STAGES = kWide ? 4 : 3;
+  static constexpr int KH = kWide ? 1 : QMOE_SM90_FP8_KH;  // 128-byte k boxes per stage
+  static constexpr int BK = KH * (FP8 ? 128 : 64);          // elements per stage
+  // the byte tiles: 192 KiB of stages (at most 8) with one box per stage, else 3
+  static constexpr int STAGES = kWide ? 4 : KH == 2 ? 3 : (BM == 64 ? 8 : 6);
   static constexpr int A_ST = KH * BM * 128;         // bytes per stage
   static constexpr int B_ST = KH * BN * 128;
   static constexpr int WN = BM == kBM ? BN : BN / 2;  // columns of one consumer warpgroup
   static constexpr int NACC = WN / 2;                 // fp32 accumulators per thread (64 rows x WN / 128 threads)
   // + barriers, the tile's column / row scales (fp8, INT8) and bias, the tile of each stage
-  // (persistent kernel), the producers' next tile (two) and the M-block's token rows (Sm90Gemm::a_src),
-  // alignment
+  // (persistent kernel), the producers' next tile (two), the M-block's token rows (Sm90Gemm::a_src),
+  // the CTA pairs' mailbox (two slots) and its barriers (four), alignment
   static constexpr int SMEM =
-      STAGES * (A_ST + B_ST) + 2 * STAGES * 8 + (2 * BN + BM) * 4 + (STAGES + 2 + BM) * 4 + 1024;
+      STAGES * (A_ST + B_ST) + 2 * STAGES * 8 + (2 * BN + BM) * 4 + (STAGES + 4 + BM) * 4 + 8 + 4 * 8 + 1024;
 };
 
 // ---- PTX helpers (sm_90) -------------------------------------------------------------------------
@@ -90,6 +94,16 @@ __device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, u
       "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4}], [%2];\n" ::"r"(
           smem_u32(dst)),
       "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_u32(bar)), "r"(c0), "r"(c1)
+      : "memory");
+}
+// tma_load_2d into the same shared-memory offset of every CTA in `mask` of the cluster, completing
+// on the barrier at the same offset in each.
+__device__ __forceinline__ void tma_load_2d_mc(void* dst, const CUtensorMap* map, uint64_t* bar, int c0, int c1,
+                                               uint16_t mask) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster [%0], [%1, {%3, "
+      "%4}], [%2], %5;\n" ::"r"(smem_u32(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_u32(bar)), "r"(c0), "r"(c1), "h"(mask)
       : "memory");
 }
 // K-major operand tile with 128-byte rows, 128B swizzle (what TMA's SWIZZLE_128B writes): 8-row
@@ -148,13 +162,25 @@ __device__ __forceinline__ bool raster_tile(const Sm90Gemm& p, int L, int ntn, i
   return e >= 0;
 }
 
-template <class Op, bool FP8, bool I8 = false, int BM = kBM>  // I8: byte operands as signed int8 (IGMMA)
+// MC (Sm90Gemm::cluster2, 128-row M-blocks, A by TMA): clusters of two CTAs on N tiles 2 j and
+// 2 j + 1 of one M-block; each CTA's producer loads half of the A box's rows (64) and multicasts them
+// into both CTAs' stages, so A crosses from L2 once per pair (fp8's 128 x 128 tile is bound by the
+// bytes it reads from L2: ncu, mixtral-8x7b M = 4096 GEMM1, 7.1 TB/s at 56% tensor activity). A stage is
+// refilled only when the consumers of both CTAs released it (their warps arrive on both CTAs' empty
+// barriers). Rank 0 takes the pairs from the tile counter and mails each to rank 1 (a two-slot
+// mailbox in rank 1's shared memory with full / empty barriers across the pair); every thread
+// of both CTAs meets at a cluster barrier before it exits (no remote write or arrival can then
+// reach a CTA that has gone). With an odd number of N tiles the last pair's second tile is past the
+// weights: its CTA loads no B (its stages expect A's bytes alone) and multiplies what the stage
+// holds, but stores nothing (columns past n), while its A half still feeds the first CTA.
+template <class Op, bool FP8, bool I8 = false, int BM = kBM, bool MC = false>  // I8: byte operands as signed int8 (IGMMA)
 __global__ void __launch_bounds__(384, 1)
     sm90_moe_gemm_kernel(const __grid_constant__ CUtensorMap tma_a, const Sm90Gemm p) {
 #if QMOE_SM90A
   using C = Sm90Cfg<FP8, BM, I8>;
   constexpr int BN = C::BN, BK = C::BK, STAGES = C::STAGES, NACC = C::NACC, WN = C::WN;
   static_assert(BM == kBM || BM == 64, "M-blocks of 128 or 64 rows");
+  static_assert(!MC || (!I8 && BM == kBM), "CTA pairs: the 16-bit / fp8 128-row tiles");
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = align_1024(smem_raw);  // 128B-swizzled stages start on 1024-byte boundaries
   uint8_t* sA = smem;
@@ -162,6 +188,12 @@ __global__ void __launch_bounds__(384, 1)
   uint64_t* full = reinterpret_cast<uint64_t*>(sB + STAGES * C::B_ST);
   uint64_t* empty = full + STAGES;
   int* s_tile = reinterpret_cast<int*>(reinterpret_cast<float*>(empty + STAGES) + 2 * BN + BM);  // [STAGES]
+  int* s_next = s_tile + STAGES;  // [2] the producer warpgroup's next tile (A rows from x)
+  int* s_tok = s_next + 2;         // [BM] the M-block's token rows (A rows from x; -1: padding)
+  int* s_mail = s_tok + BM;        // [2] CTA pairs: rank 1's mailbox
+  uint64_t* mail_full = reinterpret_cast<uint64_t*>(
+      reinterpret_cast<uintptr_t>(s_mail + 2) + 7 & ~static_cast<uintptr_t>(7));  // [2]
+  uint64_t* mail_empty = mail_full + 2;                                          // [2]
 
 #ifdef QMOE_SM90_TRACE
   const unsigned long long t_entry = gtimer();
@@ -182,25 +214,40 @@ __global__ void __launch_bounds__(384, 1)
   // position `it` runs on across tiles, so the next tile's first stages load while the consumers
   // run an epilogue (one CTA per SM: one tile per CTA left each SM idle for the fill and the
   // epilogue, a third of the tile on K = 768).
-  const int ntn = (p.np + BN - 1) / BN;
+  // (MC: the raster's N tiles are pairs of N tiles, L a pair, the CTA's rank its tile of the pair)
+  const int ntn_w = (p.np + BN - 1) / BN;  // the weights' N tiles
+  const int ntn = MC ? (ntn_w + 1) / 2 : ntn_w;
   const int ntiles = (p.max_blocks + kGroupM - 1) / kGroupM * kGroupM * ntn;  // raster_tiles(p.max_blocks, ntn)
   const int used_rows = *p.num_post;
+  const uint32_t rank = MC ? cluster_ctarank() : 0;
   // (an expert of another rank: its slots stay zero, pre-cleared)
-  auto tile_at = [&](int L, int& mb, int& nb, int& e) { return raster_tile(p, L, ntn, BM, used_rows, mb, nb, e); };
+  auto tile_at = [&](int L, int& mb, int& nb, int& e) {
+    const bool ok = raster_tile(p, L, ntn, BM, used_rows, mb, nb, e);
+    if constexpr (MC) nb = 2 * nb + static_cast<int>(rank);
+    return ok;
+  };
 
   const int wg = threadIdx.x >> 7, tid = threadIdx.x & 127;
-  // A rows straight from the token rows (16-bit only): the producer warpgroup's 128 threads copy
-  // them and arrive on the stage's full barrier when their copies land (+ 128 arrivals)
-  const bool direct = !FP8 && p.a_src != nullptr;
+  // A rows straight from the token rows (16-bit only, not CTA pairs): the producer warpgroup's 128
+  // threads copy them and arrive on the stage's full barrier when their copies land (+ 128 arrivals)
+  const bool direct = !FP8 && !MC && p.a_src != nullptr;
   if (threadIdx.x == 0) {
 #pragma unroll
     for (int s = 0; s < STAGES; ++s) {
       mbar_init(&full[s], direct ? 1 + 128 : 1);
-      mbar_init(&empty[s], 8);  // one arrival per consumer warp (both warpgroups, tail tiles too)
+      mbar_init(&empty[s], MC ? 16 : 8);  // one arrival per consumer warp (both warpgroups, tail tiles too; MC: of both CTAs)
+    }
+    if constexpr (MC) {
+#pragma unroll
+      for (int b = 0; b < 2; ++b) {
+        mbar_init(&mail_full[b], 1);
+        mbar_init(&mail_empty[b], 1);
+      }
     }
     mbar_init_fence();
   }
-  __syncthreads();
+  if constexpr (MC) cluster_sync();  // both CTAs' barriers initialized before any remote arrival or multicast
+  else __syncthreads();
   const int nk = (p.k + BK - 1) / BK;
   const int w_nt = sm90_plain_nt(p.np), w_kt = sm90_plain_kt(p.kp, FP8 ? 8 : 16);
   auto load_b = [&](int s, int kt, int nb, int e) {  // the plain copy is stored swizzled: one 1-D bulk copy per box
@@ -210,6 +257,33 @@ __global__ void __launch_bounds__(384, 1)
               BN * 128, &full[s]);
   };
 
+  // the next tile (MC: pair) after the first: rank 0 stores pair m into slot m & 1 of rank 1's
+  // mailbox with st.async, completing 4 bytes on rank 1's mail_full[m & 1] (which rank 1
+  // expects); the slot is rewritten once rank 1 has read pair m - 2 (its arrival on rank 0's
+  // mail_empty; none after the last pair)
+  int m = 0;
+  auto next_tile = [&]() -> int {
+    if constexpr (!MC) {
+      return p.tile_counter != nullptr ? static_cast<int>(gridDim.x) + atomicAdd(p.tile_counter, 1) : ntiles;
+    } else {
+      const int b = m & 1;
+      int v;
+      if (rank == 0) {
+        v = p.tile_counter != nullptr ? static_cast<int>(gridDim.x / 2) + atomicAdd(p.tile_counter, 1) : ntiles;
+        if (m >= 2) mbar_wait(&mail_empty[b], ((m >> 1) - 1) & 1);
+        st_async_u32(cluster_addr(&s_mail[b], 1), static_cast<uint32_t>(v), cluster_addr(&mail_full[b], 1));
+      } else {
+        mbar_expect_tx(&mail_full[b], 4);
+        mbar_wait(&mail_full[b], (m >> 1) & 1);
+        v = s_mail[b];
+        if (v < ntiles) mbar_arrive_remote(cluster_addr(&mail_empty[b], 0));
+      }
+      ++m;
+      return v;
+    }
+  };
+  const int first_tile = MC ? static_cast<int>(blockIdx.x / 2) : static_cast<int>(blockIdx.x);
+
   if (wg == 0) {
     setmaxnreg_dec<40>();
     if (direct) {
@@ -217,16 +291,15 @@ __global__ void __launch_bounds__(384, 1)
       // (SWIZZLE_128B: the stage is 1024-byte aligned), zeros past k and for padding positions (what
       // TMA's bounds gave the gathered rows). 8 threads per row: a warp's copy is 4 whole rows (a
       // thread per row, half a sector per copy, measured 0.98-1.00x of this up to 64 rows per
-      // expert); the M-block's token rows are staged in shared memory per tile. Thread 0 also
-      // publishes the tile, expects the weight box's bytes and issues its bulk copy; the next tile
-      // index goes to the warpgroup through shared memory (two slots: a slot is rewritten two tiles
-      // later, after a barrier every thread has passed).
-      int* s_next = s_tile + STAGES;
-      int* s_tok = s_next + 2;  // [BM] the M-block's token rows (-1: padding)
+      // expert; a TMA box per row, 0.36-1.00x of the gather, twenty-fourth session); the M-block's
+      // token rows are staged in shared memory per tile. Thread 0 also publishes the tile, expects
+      // the weight box's bytes and issues its bulk copy; the next tile index goes to the warpgroup
+      // through shared memory (two slots: a slot is rewritten two tiles later, after a barrier
+      // every thread has passed).
       const char* xs = static_cast<const char*>(p.a_src);
       const int64_t pitch = static_cast<int64_t>(p.a_src_pitch) * 2;
       int it = 0, par = 0;
-      for (int L = blockIdx.x;;) {
+      for (int L = first_tile;;) {
         if (L >= ntiles) {  // no more tiles: -1 beside the next stage, its full barrier completed without data
           const int s = it % STAGES;
           mbar_wait(&empty[s], ((it / STAGES) & 1) ^ 1);
@@ -234,7 +307,7 @@ __global__ void __launch_bounds__(384, 1)
             s_tile[s] = -1;
             mbar_arrive(&full[s]);
           }
-          mbar_arrive(&full[s]);
+          mbar_arrive(&full[s]);  // in place of the copies' arrivals
           break;
         }
         int mb, nb, e;
@@ -263,21 +336,17 @@ __global__ void __launch_bounds__(384, 1)
             cp_async_arrive_noinc(&full[s]);
           }
         }
-        if (p.tile_counter == nullptr) {
-          L = ntiles;
-        } else {
-          if (tid == 0) s_next[par] = gridDim.x + atomicAdd(p.tile_counter, 1);
-          named_bar_sync(3, 128);
-          L = s_next[par];
-          par ^= 1;
-        }
+        if (tid == 0) s_next[par] = next_tile();
+        named_bar_sync(3, 128);
+        L = s_next[par];
+        par ^= 1;
       }
       return;
     }
     if (tid == 0) {
       asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&tma_a)) : "memory");
       int it = 0;
-      for (int L = blockIdx.x;; L = p.tile_counter != nullptr ? gridDim.x + atomicAdd(p.tile_counter, 1) : ntiles) {
+      for (int L = first_tile;; L = next_tile()) {
         int mb, nb, e;
         if (L >= ntiles) {  // no more tiles: -1 beside the next stage, its full barrier completed without data
           const int s = it % STAGES;
@@ -291,24 +360,37 @@ __global__ void __launch_bounds__(384, 1)
           const int s = it % STAGES;
           mbar_wait(&empty[s], ((it / STAGES) & 1) ^ 1);
           if (kb == 0) s_tile[s] = L;  // published by the barrier's arrival (release; the wait acquires)
-          mbar_expect_tx(&full[s], C::A_ST + C::B_ST);
+          const bool has_b = !MC || nb < ntn_w;
+          mbar_expect_tx(&full[s], has_b ? C::A_ST + C::B_ST : C::A_ST);
 #pragma unroll
           for (int h = 0; h < C::KH; ++h) {
             const int kt = kb * C::KH + h;  // 128-byte k tile
-            tma_load_2d(sA + s * C::A_ST + h * BM * 128, &tma_a, &full[s], kt * (BK / C::KH), mb * BM);
+            if constexpr (MC)  // this CTA's half of the rows, into both CTAs (the map's box: BM / 2 rows)
+              tma_load_2d_mc(sA + s * C::A_ST + h * BM * 128 + rank * (BM / 2) * 128, &tma_a, &full[s],
+                             kt * (BK / C::KH), mb * BM + static_cast<int>(rank) * (BM / 2), 0x3);
+            else
+              tma_load_2d(sA + s * C::A_ST + h * BM * 128, &tma_a, &full[s], kt * (BK / C::KH), mb * BM);
             // (a 2-D TMA box of the weights' bytes streamed 4-7% slower than the bulk copy:
             // gpu_ceiling ring2 on the H200)
-            load_b(s, kt, nb, e);
+            if (has_b) load_b(s, kt, nb, e);
           }
         }
       }
     }
+    if constexpr (MC) cluster_sync();
     return;
   }
 
   setmaxnreg_inc<232>();
   const int cw = wg - 1;  // BM 128: rows cw * 64 .. + 63 of the tile; BM 64: columns cw * WN .. + WN - 1
   const int warp = tid >> 5, lane = tid & 31;
+  // a consumer warp is done with stage s (MC: in both CTAs, whose producers both write into it)
+  auto release = [&](int s) {
+    if (lane == 0) {
+      mbar_arrive(&empty[s]);
+      if constexpr (MC) mbar_arrive_remote(cluster_addr(&empty[s], rank ^ 1u));
+    }
+  };
   const int rw = BM == kBM ? cw * 64 : 0;   // the warpgroup's first row in the tile
   const int cn = BM == kBM ? 0 : cw * WN;   // ... and first column
   int it = 0;  // ring position of the tile's first stage
@@ -330,7 +412,7 @@ __global__ void __launch_bounds__(384, 1)
       for (int kb = 0; kb < nk; ++kb) {
         const int s = (it + kb) % STAGES;
         mbar_wait(&full[s], ((it + kb) / STAGES) & 1);
-        if (lane == 0) mbar_arrive(&empty[s]);
+        release(s);
       }
       it += nk;
       continue;
@@ -421,10 +503,10 @@ __global__ void __launch_bounds__(384, 1)
         for (int kk = 0; kk < 4; ++kk) mma(smem_desc(a_st + kk * 32), smem_desc(b_st + kk * 32));
         wgmma_commit();
         wgmma_wait1();
-        if (kb > 0 && lane == 0) mbar_arrive(&empty[(it + kb - 1) % STAGES]);
+        if (kb > 0) release((it + kb - 1) % STAGES);
       }
       wgmma_wait0();
-      if (lane == 0) mbar_arrive(&empty[(it + nk - 1) % STAGES]);
+      release((it + nk - 1) % STAGES);
       QMOE_TRACE(2);
     };
     // byte operands (fp8 / int8): per stage wait for the data, issue its MMAs, wait for them,
@@ -439,7 +521,7 @@ __global__ void __launch_bounds__(384, 1)
         issue(sA + s * C::A_ST + rw * 128, sB + s * C::B_ST + cn * 128);
         wgmma_commit();
         wgmma_wait0();
-        if (lane == 0) mbar_arrive(&empty[s]);
+        release(s);
         after(kb);
       }
       QMOE_TRACE(2);
@@ -485,7 +567,7 @@ __global__ void __launch_bounds__(384, 1)
       auto prefetch = [&](int kb) {
         if (!slots) return;
 #pragma unroll
-        for (int b = 0; b < 2; ++b) {
+        for (int b = 0; b < C::KH; ++b) {
           const int k0 = kb * BK + b * 128;
           const int gw = min(k0 / p.kchunk, p.kg - 1);
           const int ga = p.rs_groups > 1 ? min(k0 / 128, p.rs_groups - 1) : 0;
@@ -534,12 +616,14 @@ __global__ void __launch_bounds__(384, 1)
       byte_kloop([&](const uint8_t* a_st, const uint8_t* b_st) {
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk) qmma(tmp0, smem_desc(a_st + kk * 32), smem_desc(b_st + kk * 32), kk);
+        if constexpr (C::KH == 2) {
 #pragma unroll
-        for (int kk = 0; kk < 4; ++kk)
-          qmma(tmp1, smem_desc(a_st + BM * 128 + kk * 32), smem_desc(b_st + BN * 128 + kk * 32), kk);
+          for (int kk = 0; kk < 4; ++kk)
+            qmma(tmp1, smem_desc(a_st + BM * 128 + kk * 32), smem_desc(b_st + BN * 128 + kk * 32), kk);
+        }
       }, [&](int kb) {
         promote(tmp0, kb * BK, 0);
-        promote(tmp1, kb * BK + 128, 1);
+        if constexpr (C::KH == 2) promote(tmp1, kb * BK + 128, 1);
       }, prefetch);
       if (!chunked) each_scale([&](int i, float cs, float r) { acc[i] *= r * cs; });  // one scale pair for all of K
     } else {
@@ -656,6 +740,7 @@ __global__ void __launch_bounds__(384, 1)
     QMOE_TRACE(3);
     it += nk;
   }  // tiles
+  if constexpr (MC) cluster_sync();
 #endif
 }
 
@@ -1797,8 +1882,50 @@ dim3 raster_grid(int tiles, bool persistent) {
   return dim3(static_cast<unsigned>(persistent ? std::min(tiles, device_sm_count()) : tiles));
 }
 
+// The 128-row tile kernel as CTA pairs (Sm90Gemm::cluster2): clusters of two, the A map's box half
+// the M-block's rows; persistent: as many pairs as can be resident at once (a GPC with an odd number
+// of free SMs leaves one idle), taking pairs from the tile counter.
+template <class Op, bool FP8>
+void launch_gemm_pairs(const Sm90Gemm& p, cudaStream_t s) {
+  using C = Sm90Cfg<FP8, kBM, false>;
+  auto kern = sm90_moe_gemm_kernel<Op, FP8, false, kBM, true>;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = 2;
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  cudaLaunchConfig_t cfg{};
+  cfg.blockDim = dim3(384);
+  cfg.dynamicSmemBytes = C::SMEM;
+  cfg.stream = s;
+  cfg.attrs = attr;
+  cfg.numAttrs = 1;
+  static int max_pairs = 0;
+  static std::once_flag once;
+  std::call_once(once, [&] {
+    QMOE_CUDA_OK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM));
+    cudaLaunchConfig_t q = cfg;
+    q.gridDim = dim3(2 * static_cast<unsigned>(device_sm_count()));
+    int n = 0;
+    QMOE_CUDA_OK(cudaOccupancyMaxActiveClusters(&n, kern, &q));
+    max_pairs = std::max(1, n);
+  });
+  QMOE_CHECK(p.a_src == nullptr, kInternal, "sm90 GEMM: CTA pairs load A by TMA (no rows from x)");
+  const CUtensorMap ma = make_map(p.a, FP8, p.k, p.a_rows, static_cast<int64_t>(p.a_pitch) * (FP8 ? 1 : 2), kBM / 2);
+  const int pairs = raster_tiles(p.max_blocks, ((p.np + C::BN - 1) / C::BN + 1) / 2);
+  cfg.gridDim = dim3(2 * static_cast<unsigned>(p.tile_counter != nullptr ? std::min(pairs, max_pairs) : pairs));
+  QMOE_CUDA_OK(cudaLaunchKernelEx(&cfg, kern, ma, p));
+  QMOE_CUDA_LAUNCH_OK();
+}
+
 template <class Op, bool FP8, bool I8 = false, int BM = kBM>
 void launch_gemm(const Sm90Gemm& p, cudaStream_t s) {
+  if constexpr (!I8 && BM == kBM) {
+    if (p.cluster2) {
+      launch_gemm_pairs<Op, FP8>(p, s);
+      return;
+    }
+  }
   using C = Sm90Cfg<FP8, BM, I8>;
   auto kern = sm90_moe_gemm_kernel<Op, FP8, I8, BM>;
   static std::once_flag once;

@@ -61,6 +61,39 @@ __device__ __forceinline__ void fence_proxy_async_smem() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 
+// ---- clusters of CTAs (the tile kernel's CTA pairs: Sm90Gemm::cluster2) ----------------------------
+__device__ __forceinline__ uint32_t cluster_ctarank() {
+  uint32_t r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+  return r;
+}
+// The shared::cluster address of `p` (this CTA's shared memory) in CTA `rank` of the cluster.
+__device__ __forceinline__ uint32_t cluster_addr(const void* p, uint32_t rank) {
+  uint32_t r;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(smem_u32(p)), "r"(rank));
+  return r;
+}
+// An arrival on the barrier at shared::cluster address `bar` (another CTA's), with the default
+// (.release.cta) semantics, as CUTLASS's ClusterBarrier: what it orders is this thread's reads of
+// shared memory before the other CTA writes there. (.release.cluster compiles to MEMBAR.ALL.GPU +
+// ERRBAR before the arrival: once per stage per consumer warp it made the tile kernel's CTA pairs
+// 0.66-0.90x of single CTAs on the H200, twenty-fourth session.)
+__device__ __forceinline__ void mbar_arrive_remote(uint32_t bar) {
+  asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+// A 4-byte store into another CTA's shared memory (shared::cluster address `addr`) that completes
+// 4 bytes of transaction on the barrier at `bar` there: the value is visible to the threads that
+// see that barrier's phase complete (its owner expects the 4 bytes with mbar_expect_tx).
+__device__ __forceinline__ void st_async_u32(uint32_t addr, uint32_t v, uint32_t bar) {
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.u32 [%0], %1, [%2];\n" ::"r"(addr), "r"(v),
+               "r"(bar)
+               : "memory");
+}
+// Every thread of the cluster (not warp-aligned: callable from divergent code).
+__device__ __forceinline__ void cluster_sync() {
+  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
+}
+
 // L2 policy "evict first" for data read once (a streamed weight box), so that it does not push
 // out what is read again (token tiles, scales).
 __device__ __forceinline__ uint64_t l2_evict_first_policy() {

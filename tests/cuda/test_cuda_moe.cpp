@@ -641,6 +641,82 @@ TEST(CudaSm90, PersistentTileKernelMatchesOneCtaPerTile) {
   }
 }
 
+// The tile kernel's CTA pairs (Sm90Gemm::cluster2: clusters of two CTAs on adjacent N tiles of one
+// 128-row M-block, each multicasting half of the A box's rows into both, a stage refilled once both
+// CTAs' consumers released it, rank 0 mailing the pairs to rank 1) against one CTA per tile loading
+// its own A (QMOE_CUDA_PAIRS=0): bit-identical (the same operands and arithmetic per tile) and the
+// reference. Odd numbers of N tiles (the last pair's second tile is past the weights: fp8 GEMM2 of
+// H = 520 and GEMM1 of I = 320, bf16 GEMM2 of H = 520), tail M-blocks (<= 64 live rows), fp8 per
+// channel x per token, per tensor x static (fp16) and 64 x 128 blocks x 1 x 128 groups with biases,
+// bf16 and fp16 weights (x gathered: pairs load A by TMA), top-1 / top-2, an expert with no tokens,
+// expert parallelism, one cluster per pair as well as persistent, and many pairs per cluster
+// (E = 64, M = 2048 top-4).
+TEST(CudaSm90, CtaPairsMatchSingleCtas) {
+  SKIP_WITHOUT_GPU();
+  SKIP_WITHOUT_SM90();
+  std::vector<Case> cases;
+  auto add = [&](std::string n, auto f) { add_case(cases, std::move(n), f); };
+  add("fp8_channel_token", [](auto& sp) {
+    sp.kind = SchemeKind::kFP8W8A8; sp.fp8_strategy = Strategy::kChannel; sp.act = ActQuant::kFP8Token; });
+  add("fp8_tensor_static_fp16", [](auto& sp) {
+    sp.kind = SchemeKind::kFP8W8A8; sp.fp8_strategy = Strategy::kTensor; sp.act = ActQuant::kFP8Tensor;
+    sp.act_dtype = DType::kF16; });
+  add("fp8_block_group128_bias", [](auto& sp) {
+    sp.kind = SchemeKind::kFP8W8A8; sp.fp8_strategy = Strategy::kBlock; sp.act = ActQuant::kFP8Group128;
+    sp.block = {64, 128}; sp.bias = true; });
+  add("bf16", [](auto&) {});
+  add("fp16", [](auto& sp) { sp.act_dtype = DType::kF16; sp.weight_dtype = DType::kF16; });
+  const std::array<std::pair<int, int>, 5> dims = {{{520, 232}, {392, 320}, {512, 320}, {520, 232}, {392, 320}}};  // (H, I)
+  const int E = 5;
+  // the tile kernel on 128-row M-blocks at every M here (> 40 rows per expert; M = 250 top-1: 50
+  // rows, every expert's M-block a tail)
+  test::ScopedEnv env("QMOE_CUDA_WGMMA_MIN_ROWS", "1");
+  env.set("QMOE_CUDA_STREAM", "0");
+  auto check = [&](const ExpertWeights& w, const cuda::DevExperts& ex, int eg, int k, int mode, bool ep, int64_t m,
+                   const std::vector<int32_t>& emap, const std::string& name, std::optional<ExpertWeights>& rounded,
+                   int seed) {
+    env.set("QMOE_CUDA_PAIRS", "1");  // fp8 too (select_pairs keeps them for 16-bit weights)
+    MoeConfig cfg = config(eg, k);
+    cfg.expert_map = emap;
+    Tensor x = test::random_tensor(w.act_dtype, {m, w.hidden}, seed);
+    Routing r = random_routing(m, k, eg, seed + 1, mode);
+    const std::string kern = cuda::forward_kernels(ex, m, k);
+    ASSERT_NE(kern.find("gemm1=sm90-wgmma gemm2=sm90-wgmma"), std::string::npos) << name << " M=" << m << " ran " << kern;
+    ASSERT_NE(kern.find(" pairs"), std::string::npos) << name << " M=" << m << " ran " << kern;
+    const std::string what = str(name, " top-", k, " mode ", mode, ep ? " EP" : "", " M=", m, " (", kern, ")");
+    expect_switch_identical("QMOE_CUDA_PAIRS", "the CTA pairs differ from single CTAs", ex, w, cfg, x, r, emap,
+                            kern, what, rounded);
+  };
+  for (size_t ci = 0; ci < cases.size(); ++ci) {
+    const Case& c = cases[ci];
+    const auto [H, I] = dims[ci];
+    ExpertWeights w = make_weights(c.spec, E, H, I, 1900 + static_cast<int>(ci));
+    cuda::DevExperts ex = cuda::prepare(w, Activation::kSiluMul);
+    std::optional<ExpertWeights> rounded;
+    for (const char* persist : {"1", "0"})
+      for (int k : {1, 2})
+        for (int mode : {0, 2})
+          for (bool ep : {false, true})
+            for (int64_t m : {250, 333, 1200}) {
+              if (ep && mode == 2) continue;
+              env.set("QMOE_CUDA_A_DIRECT", "0");  // 16-bit: x gathered (pairs load A by TMA)
+              env.set("QMOE_CUDA_PERSIST", persist);
+              // expert parallelism: 7 global experts, the fourth and the last on another rank
+              std::vector<int32_t> emap;
+              if (ep) emap = {0, 1, 2, -1, 3, 4, -1};
+              check(w, ex, ep ? 7 : E, k, mode, ep, m, emap, str(c.name, " persist ", persist), rounded,
+                    1910 + static_cast<int>(m) + mode + k + ep);
+            }
+  }
+  // many pairs per cluster: E = 64, M = 2048 top-4 (most experts' second M-block a tail)
+  env.set("QMOE_CUDA_PERSIST", "1");
+  env.set("QMOE_CUDA_A_DIRECT", "0");
+  ExpertWeights w = make_weights(cases[0].spec, 64, 520, 320, 1950);
+  cuda::DevExperts ex = cuda::prepare(w, Activation::kSiluMul);
+  std::optional<ExpertWeights> rounded;
+  for (int mode : {0, 2}) check(w, ex, 64, 4, mode, false, 2048, {}, "fp8_channel_token E=64", rounded, 1960 + mode);
+}
+
 // The quantized-weight wgmma kernel's 32- and 64-row token tiles (wgmma m64n32 / m64n64, A = the
 // dequantized weights from registers; select_sm90 takes them at up to 24 / 48 rows per expert),
 // forced (QMOE_CUDA_WQ_TN, QMOE_CUDA_WGMMA_MIN_ROWS) on every format the kernel runs: rows per

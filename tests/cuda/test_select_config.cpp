@@ -337,5 +337,13 @@ TEST(SelectSm90, DirectARowsRule) {
   EXPECT_FALSE(select_a_direct(16, 3));
 }
 
+// The tile kernel's CTA pairs (select_pairs): 16-bit weights, not fp8; the override replaces the rule.
+TEST(SelectSm90, CtaPairsRule) {
+  EXPECT_TRUE(select_pairs(false));
+  EXPECT_FALSE(select_pairs(true));
+  EXPECT_TRUE(select_pairs(true, 1));
+  EXPECT_FALSE(select_pairs(false, 0));
+}
+
 }  // namespace
 }  // namespace qmoe::cuda

@@ -63,8 +63,10 @@ struct Sm90Cfg {
   // takes the 16-bit tile: 128 x 256, one 128-byte k box per stage, 4 stages. Per MAC a BM x BN
   // tile reads (BM + BN) / (BM * BN) operand elements: 1/64 byte for a 128 x 128 byte tile, 3/256
   // for 128 x 256. At the byte MMA rate (twice 16-bit's) the 128 x 128 tile needs 4/3 of the 16-bit
-  // tile's L2 bandwidth, which ncu measured as its limit (fp8, mixtral-8x7b M = 4096 GEMM1: 7.1 TB/s
-  // from L2 at 56% tensor activity); n256 needs 3/4 of it.
+  // tile's L2 bandwidth (fp8, mixtral-8x7b M = 4096 GEMM1: 7.1 TB/s from L2 at 56% tensor activity);
+  // n256 needs 3/4 of it. (But L2 is not the fp8 tile's limit: CTA pairs sharing A cut its L2 bytes
+  // by 20% at the same activity, and 6 one-box stages instead of 3 two-box ones measured the same,
+  // twenty-fourth session.)
   static constexpr bool kWide = !FP8 || (I8 && QMOE_SM90_I8_BN == 256);
   static constexpr int BN = kWide ? 256 : 128;
   static constexpr int KH = kWide ? 1 : QMOE_SM90_FP8_KH;  // 128-byte k boxes per stage
@@ -164,8 +166,9 @@ __device__ __forceinline__ bool raster_tile(const Sm90Gemm& p, int L, int ntn, i
 
 // MC (Sm90Gemm::cluster2, 128-row M-blocks, A by TMA): clusters of two CTAs on N tiles 2 j and
 // 2 j + 1 of one M-block; each CTA's producer loads half of the A box's rows (64) and multicasts them
-// into both CTAs' stages, so A crosses from L2 once per pair (fp8's 128 x 128 tile is bound by the
-// bytes it reads from L2: ncu, mixtral-8x7b M = 4096 GEMM1, 7.1 TB/s at 56% tensor activity). A stage is
+// into both CTAs' stages, so A crosses from L2 once per pair (H200, twenty-fourth session: 16-bit
+// 1.01x geomean, up to 1.05x; fp8 neutral: its L2 bytes fell 20% at the same tensor activity, so L2
+// is not what limits the fp8 tile; select_pairs in config.h). A stage is
 // refilled only when the consumers of both CTAs released it (their warps arrive on both CTAs' empty
 // barriers). Rank 0 takes the pairs from the tile counter and mails each to rank 1 (a two-slot
 // mailbox in rank 1's shared memory with full / empty barriers across the pair); every thread

@@ -300,14 +300,11 @@ void ukr_s8(const uint8_t* w0, const uint8_t* w1, int nkq, int seg_kq, const int
   }
 }
 
-// Calls f(t0, integral_constant<TB>) over the token blocks of T: full blocks of kMax, then the
-// rest specialised so accumulators stay in registers.
+// f(t0, integral_constant<TB>) for one block of 1 <= n < kMax tokens (specialised so accumulators
+// stay in registers).
 template <int kMax, class F>
-inline void for_token_blocks(int T, F&& f) {
-  int t0 = 0;
-  for (; t0 + kMax <= T; t0 += kMax) f(t0, std::integral_constant<int, kMax>{});
-  const int rest = T - t0;
-  switch (rest) {
+inline void token_block(int t0, int n, F&& f) {
+  switch (n) {
     case 1: f(t0, std::integral_constant<int, 1>{}); break;
     case 2: f(t0, std::integral_constant<int, 2>{}); break;
     case 3: f(t0, std::integral_constant<int, 3>{}); break;
@@ -320,6 +317,24 @@ inline void for_token_blocks(int T, F&& f) {
     case 10: if constexpr (kMax > 10) f(t0, std::integral_constant<int, 10>{}); break;
     case 11: if constexpr (kMax > 11) f(t0, std::integral_constant<int, 11>{}); break;
     default: break;
+  }
+}
+// Calls f(t0, integral_constant<TB>) over the token blocks of T: full blocks of kMax, then the rest.
+// A rest shorter than kMax / 2 runs with the last full block as two near-equal blocks: a block of
+// TB tokens keeps 2 TB independent vdpbf16ps / vpdpbusd chains, and below ~12 chains (6 tokens) the
+// instruction's latency, not its rate, sets the time per k step. Each token's sums are the same
+// whatever block it is in.
+template <int kMax, class F>
+inline void for_token_blocks(int T, F&& f) {
+  int full = T / kMax, rest = T - full * kMax, t0 = 0;
+  if (full > 0 && rest > 0 && rest < kMax / 2) --full, rest += kMax;
+  for (int i = 0; i < full; ++i, t0 += kMax) f(t0, std::integral_constant<int, kMax>{});
+  if (rest > kMax) {
+    const int a = (rest + 1) / 2;
+    token_block<kMax>(t0, a, f);
+    token_block<kMax>(t0 + a, rest - a, f);
+  } else if (rest > 0) {
+    token_block<kMax>(t0, rest, f);
   }
 }
 

@@ -243,7 +243,8 @@ INSTANTIATE_TEST_SUITE_P(AllSchemes, CpuScheme, ::testing::ValuesIn(all_cases())
 // Every token goes to the same two experts (in either slot order), so each touched expert has
 // exactly T = M rows: M = 1..4 (fused kernels streaming both panels of a pair), 7 and 12 (one
 // panel at a time, the largest fused block), 13 (4-bit codes: fused blocks of 12 + 1; other codes:
-// the batched tile kernels), for every code kind the fused kernels decode. Then a batch that mixes
+// the batched tile kernels, whose short rests run with the last full block as two near-equal blocks:
+// 7 + 6), 17 (9 + 8) and 25 (12 + 7 + 6), for every code kind the fused kernels decode. Then a batch that mixes
 // experts with T = 5, 3 and 2 in one call (different kernels side by side, dynamic schedule).
 
 void fixed_routing(int64_t M, const std::vector<std::array<int, 2>>& pick, uint64_t seed, Tensor& w, Tensor& ids) {
@@ -269,7 +270,7 @@ TEST_P(CpuFewTokens, FusedTokenCounts) {
   rs.seed = 17;
   rs.act_amax = 1.5f;
   ExpertWeights w = ref::make_random_expert_weights(rs);
-  for (int64_t M : {1, 2, 3, 4, 7, 12, 13}) {
+  for (int64_t M : {1, 2, 3, 4, 7, 12, 13, 17, 25}) {
     std::vector<std::array<int, 2>> pick;
     for (int64_t t = 0; t < M; ++t) pick.push_back(t % 2 ? std::array<int, 2>{3, 1} : std::array<int, 2>{1, 3});
     Tensor x = test::random_tensor(c.spec.act_dtype, {M, c.H}, 50 + M);

@@ -338,15 +338,6 @@ inline void for_token_blocks(int T, F&& f) {
   }
 }
 
-// The next chunk's bytes of a job's two panels into L2 (bytes per panel `n` from `next[h]`), issued
-// before this chunk's token blocks run: the tile decode streams a chunk at about a line every few
-// cycles, and its 1 KiB L1 prefetch ran far less than a DRAM latency ahead (perf, qwen3-30b-a3b int8
-// M = 512, one thread: 64% of the tile decode's samples on the first load of each line). (The same
-// for the int8-activation kernels' codes, read in place, measured neutral: not there.)
-inline void prefetch_next_chunk(const uint8_t* const (&next)[2], size_t n) {
-  for (int h = 0; h < 2; ++h)
-    for (size_t o = 0; o < n; o += 64) _mm_prefetch(reinterpret_cast<const char*>(next[h]) + o, _MM_HINT_T1);
-}
 
 void epilogue(const GemmJob& j, const float* C) {
   const PackedProj& w = *j.w;
@@ -410,6 +401,17 @@ bool run_bf16(const GemmJob& j) {
         uint16_t* dst = tile + size_t(h) * (pl.chunk / 2) * 32;
         decode_bf16_tile(w, pc, w.has_zp ? w.zp_panel(j.e, p0 + h) : nullptr, k0 / 2, nkp, dst);
         wp[h] = dst;
+        // the next chunk's codes into L2 while this chunk's token blocks run: the decode streams a
+        // chunk in a burst and its 1 KiB L1 prefetch ran far less than a DRAM latency ahead (perf,
+        // qwen3-30b-a3b int8 M = 512, one thread: 64% of the decode's samples on the first load of
+        // each line). (The same for the int8-activation kernels' codes, read in place, measured
+        // neutral: not there.)
+        if (k0 + pl.chunk < Kp) {
+          const size_t bpk = w.code == CodeKind::kInt4 || w.code == CodeKind::kFp4 ? 16 : 32;  // bytes per kpair
+          const char* next = reinterpret_cast<const char*>(pc) + size_t(k0 / 2 + nkp) * bpk;
+          const size_t n = size_t(std::min(pl.chunk, Kp - k0 - pl.chunk) / 2) * bpk;
+          for (size_t o = 0; o < n; o += 64) _mm_prefetch(next + o, _MM_HINT_T1);
+        }
       }
     }
     const int nseg = (kc + pl.seg - 1) / pl.seg, g0 = k0 / pl.seg;
@@ -419,11 +421,6 @@ bool run_bf16(const GemmJob& j) {
                                : _mm512_set1_ps(1.f);
         _mm512_store_ps(sc + s * 32 + h * 16, v);
       }
-    if (w.code != CodeKind::kBF16 && k0 + pl.chunk < Kp) {  // (bf16 weights: the microkernel's stream prefetch)
-      const size_t bpk = w.code == CodeKind::kInt4 || w.code == CodeKind::kFp4 ? 16 : 32;  // bytes per kpair
-      const uint8_t* next[2] = {w.panel(j.e, p0) + size_t(k0 / 2 + nkp) * bpk, w.panel(j.e, p0 + 1) + size_t(k0 / 2 + nkp) * bpk};
-      prefetch_next_chunk(next, size_t(std::min(pl.chunk, Kp - k0 - pl.chunk) / 2) * bpk);
-    }
     const uint16_t* abase = a.row<uint16_t>(j.row0) + k0;
     auto block = [&](int t0, auto tb) {
       const float* tgp = tg ? a.group_scale.data() + size_t(j.row0 + t0) * a.num_groups + g0 : nullptr;

@@ -47,9 +47,6 @@ constexpr int kGroupM = 8;
 // BM = 128: each consumer warpgroup multiplies 64 of the rows by all BN columns; BM = 64 (few rows
 // per expert, where 128-row M-blocks were half padding): both warpgroups multiply the 64 rows, each
 // by half of the BN columns (m64n128 HGMMA / m64n64 QGMMA), so a weight tile still streams once.
-#ifndef QMOE_SM90_FP8_KH
-#define QMOE_SM90_FP8_KH 2  // 128-k boxes per stage of the byte tiles (1: 6 stages of one box, for A/B builds)
-#endif
 #ifndef QMOE_SM90_I8_BN
 #define QMOE_SM90_I8_BN 256  // INT8 W8A8's tile width (128: the earlier form, for A/B builds)
 #endif
@@ -69,10 +66,10 @@ struct Sm90Cfg {
   // twenty-fourth session.)
   static constexpr bool kWide = !FP8 || (I8 && QMOE_SM90_I8_BN == 256);
   static constexpr int BN = kWide ? 256 : 128;
-  static constexpr int KH = kWide ? 1 : QMOE_SM90_FP8_KH;  // 128-byte k boxes per stage
-  static constexpr int BK = KH * (FP8 ? 128 : 64);          // elements per stage
-  // the byte tiles: 192 KiB of stages (at most 8) with one box per stage, else 3
-  static constexpr int STAGES = kWide ? 4 : KH == 2 ? 3 : (BM == 64 ? 8 : 6);
+  // (one box per stage with 6 stages, the same 192 KiB: 0.98x, twenty-fourth session r4)
+  static constexpr int KH = kWide ? 1 : 2;           // 128-byte k boxes per stage
+  static constexpr int BK = KH * (FP8 ? 128 : 64);   // elements per stage
+  static constexpr int STAGES = kWide ? 4 : 3;
   static constexpr int A_ST = KH * BM * 128;         // bytes per stage
   static constexpr int B_ST = KH * BN * 128;
   static constexpr int WN = BM == kBM ? BN : BN / 2;  // columns of one consumer warpgroup
@@ -570,7 +567,7 @@ __global__ void __launch_bounds__(384, 1)
       auto prefetch = [&](int kb) {
         if (!slots) return;
 #pragma unroll
-        for (int b = 0; b < C::KH; ++b) {
+        for (int b = 0; b < 2; ++b) {
           const int k0 = kb * BK + b * 128;
           const int gw = min(k0 / p.kchunk, p.kg - 1);
           const int ga = p.rs_groups > 1 ? min(k0 / 128, p.rs_groups - 1) : 0;
@@ -619,14 +616,12 @@ __global__ void __launch_bounds__(384, 1)
       byte_kloop([&](const uint8_t* a_st, const uint8_t* b_st) {
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk) qmma(tmp0, smem_desc(a_st + kk * 32), smem_desc(b_st + kk * 32), kk);
-        if constexpr (C::KH == 2) {
 #pragma unroll
-          for (int kk = 0; kk < 4; ++kk)
-            qmma(tmp1, smem_desc(a_st + BM * 128 + kk * 32), smem_desc(b_st + BN * 128 + kk * 32), kk);
-        }
+        for (int kk = 0; kk < 4; ++kk)
+          qmma(tmp1, smem_desc(a_st + BM * 128 + kk * 32), smem_desc(b_st + BN * 128 + kk * 32), kk);
       }, [&](int kb) {
         promote(tmp0, kb * BK, 0);
-        if constexpr (C::KH == 2) promote(tmp1, kb * BK + 128, 1);
+        promote(tmp1, kb * BK + 128, 1);
       }, prefetch);
       if (!chunked) each_scale([&](int i, float cs, float r) { acc[i] *= r * cs; });  // one scale pair for all of K
     } else {

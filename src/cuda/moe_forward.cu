@@ -148,6 +148,10 @@ bool fp8_block_slots_on() { return env_on("QMOE_CUDA_FP8_BLOCK_SLOTS"); }
 // (measurements, tests; read per plan).
 bool wide_store_on() { return env_on("QMOE_CUDA_WIDE_STORE"); }
 
+// fp8 128 x 256 tiles where one scale pair covers all of K (Sm90Gemm::fp8_wide); QMOE_CUDA_FP8_WIDE=0:
+// 128 x 128 (measurements, tests; read per plan).
+bool fp8_wide_on() { return env_on("QMOE_CUDA_FP8_WIDE"); }
+
 // The tile kernel on 128-row M-blocks as CTA pairs sharing A by multicast (Sm90Gemm::cluster2) where
 // select_pairs takes them; QMOE_CUDA_PAIRS=0: never, 1: wherever the kernel can (measurements,
 // tests; read per plan).
@@ -279,6 +283,8 @@ struct ExpertsPlan {
   bool block_slots = false;
   // the tile kernel's epilogue 4 columns per lane (Sm90Gemm::wide_store)
   bool wide_store = true;
+  // fp8 128 x 256 tiles (Sm90Gemm::fp8_wide), where they apply
+  bool fp8_wide = false;
   // the tile kernel's CTA pairs (Sm90Gemm::cluster2)
   bool pairs = false;
   // the tile / wq kernels persistent: GEMM1's and GEMM2's tile counters (Sm90Gemm::tile_counter),
@@ -341,6 +347,9 @@ struct ExpertsPlan {
       // (x's rows copied by the producer threads keep one CTA per tile: pairs load A by TMA)
       pairs = !op.i8 && !op.wq && !stream && bm == 128 && !a_direct &&
               select_pairs(ex.fmt == WFmt::kFP8, pairs_env());
+      // (one scale pair for all of K: per-tensor / per-channel weights, per-tensor / per-token activations)
+      fp8_wide = op.bytes && !op.i8 && ex.fmt == WFmt::kFP8 && !stream && bm == 128 && !pairs && ex.w13.kchunk == 0 &&
+                 ex.w2.kchunk == 0 && ex.act_quant != ActQuant::kFP8Group128 && fp8_wide_on();
       if (!stream && persist_on()) tile_counters = cv.take<int32_t>(kAlignZeroInts);
       as = cv.take<char>(static_cast<size_t>(cap) * ex.w13.kp * esz);
       hs = cv.take<char>(static_cast<size_t>(cap) * ex.w2.kp * 2);
@@ -605,6 +614,7 @@ void run_experts_sm90(const DevExperts& ex, const ExpertsPlan& pl, const void* x
     q.q8 = pl.q8 ? 1 : 0;
     q.block_slots = pl.block_slots ? 1 : 0;
     q.wide_store = pl.wide_store ? 1 : 0;
+    q.fp8_wide = pl.fp8_wide ? 1 : 0;
     q.cluster2 = pl.pairs ? 1 : 0;
   };
   // int4 / int8 weights: the quantized-weight wgmma kernel on the prepared atoms
@@ -849,7 +859,7 @@ std::string forward_kernels(const DevExperts& ex, int64_t m, int top_k) {
                " gemm2=sm90-wgmma", p.routed.bm == 128 ? "" : std::to_string(p.routed.bm),
                p.routed.quant_once ? " x-once" : "",
                p.routed.a_direct ? " x-direct" : "", p.routed.fold ? " fold" : "", p.routed.q8 ? " q8" : "",
-               p.routed.pairs ? " pairs" : "");
+               p.routed.pairs ? " pairs" : "", p.routed.fp8_wide ? " n256" : "");
   if (p.routed.dec)
     return str(ex.method, " gemm1=", p.routed.dec90_1 ? "decode90" : "decode", p.routed.dec_r == 16 ? "r16" : "",
                "/split", p.routed.c1.splits, " gemm2=", p.routed.dec90_2 ? "decode90" : "decode",

@@ -50,7 +50,7 @@ constexpr int kGroupM = 8;
 #ifndef QMOE_SM90_I8_BN
 #define QMOE_SM90_I8_BN 256  // INT8 W8A8's tile width (128: the earlier form, for A/B builds)
 #endif
-template <bool FP8, int BM = kBM, bool I8 = false>
+template <bool FP8, int BM = kBM, bool I8 = false, bool W8 = false>
 struct Sm90Cfg {
   // fp8 keeps 64 k-block partials beside the 64 accumulators, so its tile is n128 (n256 as two
   // sequential n128 halves measured 20-27% slower at M = 4096 on the H200). An fp8 stage holds
@@ -64,7 +64,12 @@ struct Sm90Cfg {
   // n256 needs 3/4 of it. (But L2 is not the fp8 tile's limit: CTA pairs sharing A cut its L2 bytes
   // by 20% at the same activity, and 6 one-box stages instead of 3 two-box ones measured the same,
   // twenty-fourth session.)
-  static constexpr bool kWide = !FP8 || (I8 && QMOE_SM90_I8_BN == 256);
+  // W8 (fp8 with one scale pair for all of K, 128-row M-blocks): the 128 x 256 tile too, each
+  // consumer warpgroup multiplying its n256 as two n128 halves into one set of 64 partials
+  // (Sm90Gemm::fp8_wide: 128 x 128 moved 4/3 of the operand bytes per MAC through L2 and into
+  // shared memory, where the consumers' QGMMA reads compete with the fills)
+  static_assert(!W8 || (FP8 && !I8 && BM == kBM), "W8: fp8 on 128-row M-blocks");
+  static constexpr bool kWide = !FP8 || (I8 && QMOE_SM90_I8_BN == 256) || W8;
   static constexpr int BN = kWide ? 256 : 128;
   // (one box per stage with 6 stages, the same 192 KiB: 0.98x, twenty-fourth session r4)
   static constexpr int KH = kWide ? 1 : 2;           // 128-byte k boxes per stage
@@ -173,11 +178,12 @@ __device__ __forceinline__ bool raster_tile(const Sm90Gemm& p, int L, int ntn, i
 // reach a CTA that has gone). With an odd number of N tiles the last pair's second tile is past the
 // weights: its CTA loads no B (its stages expect A's bytes alone) and multiplies what the stage
 // holds, but stores nothing (columns past n), while its A half still feeds the first CTA.
-template <class Op, bool FP8, bool I8 = false, int BM = kBM, bool MC = false>  // I8: byte operands as signed int8 (IGMMA)
+// I8: byte operands as signed int8 (IGMMA); W8: fp8 on 128 x 256 tiles (Sm90Cfg)
+template <class Op, bool FP8, bool I8 = false, int BM = kBM, bool MC = false, bool W8 = false>
 __global__ void __launch_bounds__(384, 1)
     sm90_moe_gemm_kernel(const __grid_constant__ CUtensorMap tma_a, const Sm90Gemm p) {
 #if QMOE_SM90A
-  using C = Sm90Cfg<FP8, BM, I8>;
+  using C = Sm90Cfg<FP8, BM, I8, W8>;
   constexpr int BN = C::BN, BK = C::BK, STAGES = C::STAGES, NACC = C::NACC, WN = C::WN;
   static_assert(BM == kBM || BM == 64, "M-blocks of 128 or 64 rows");
   static_assert(!MC || (!I8 && BM == kBM), "CTA pairs: the 16-bit / fp8 128-row tiles");
@@ -547,6 +553,34 @@ __global__ void __launch_bounds__(384, 1)
         }, [](int) {}, [](int) {});
       }
       each_scale([&](int i, float cs, float r) { acc[i] = (static_cast<float>(iacc[i]) * cs) * r; });
+    } else if constexpr (W8) {
+      // fp8 128 x 256 (one scale pair for all of K: the host launches W8 only then): per 128-k
+      // stage, each consumer multiplies its 64 rows by the tile's two 128-column halves in turn,
+      // four QGMMAs into the 64 partials, waited for, then promoted (added into the half's fp32
+      // accumulators: acc[64 h + i] holds the n256 layout's column 128 h + that of tmp[i]); the
+      // stage is released after the second half's QGMMAs are done. Sums in the order of the
+      // 128 x 128 tile (k-block by k-block into fp32), so both tiles give the same bits.
+      float tmp[NACC / 2];
+      for (int kb = 0; kb < nk; ++kb) {
+        const int s = (it + kb) % STAGES;
+        mbar_wait(&full[s], ((it + kb) / STAGES) & 1);
+        if (kb == 0) QMOE_TRACE(1);
+        const uint8_t* a_st = sA + s * C::A_ST + rw * 128;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const uint8_t* b_st = sB + s * C::B_ST + h * 128 * 128;
+          wgmma_fence();
+#pragma unroll
+          for (int kk = 0; kk < 4; ++kk) wgmma_n128_e4m3(tmp, smem_desc(a_st + kk * 32), smem_desc(b_st + kk * 32), kk);
+          wgmma_commit();
+          wgmma_wait0();
+          if (h == 1) release(s);
+#pragma unroll
+          for (int i = 0; i < NACC / 2; ++i) acc[h * (NACC / 2) + i] += tmp[i];
+        }
+      }
+      QMOE_TRACE(2);
+      each_scale([&](int i, float cs, float r) { acc[i] *= r * cs; });  // one scale pair for all of K
     } else if constexpr (FP8) {
       float tmp0[NACC], tmp1[NACC];
       // Block weight scales (fp8 128 x 128 blocks and alike: n_div rows share a scale), where each
@@ -1916,7 +1950,7 @@ void launch_gemm_pairs(const Sm90Gemm& p, cudaStream_t s) {
   QMOE_CUDA_LAUNCH_OK();
 }
 
-template <class Op, bool FP8, bool I8 = false, int BM = kBM>
+template <class Op, bool FP8, bool I8 = false, int BM = kBM, bool W8 = false>
 void launch_gemm(const Sm90Gemm& p, cudaStream_t s) {
   if constexpr (!I8 && BM == kBM) {
     if (p.cluster2) {
@@ -1924,8 +1958,8 @@ void launch_gemm(const Sm90Gemm& p, cudaStream_t s) {
       return;
     }
   }
-  using C = Sm90Cfg<FP8, BM, I8>;
-  auto kern = sm90_moe_gemm_kernel<Op, FP8, I8, BM>;
+  using C = Sm90Cfg<FP8, BM, I8, W8>;
+  auto kern = sm90_moe_gemm_kernel<Op, FP8, I8, BM, false, W8>;
   static std::once_flag once;
   std::call_once(once, [&] { QMOE_CUDA_OK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM)); });
   const int esz = FP8 ? 1 : 2;
@@ -2071,6 +2105,12 @@ void launch_sm90_gemm(bool f16, int kind, const Sm90Gemm& p, cudaStream_t s) {
     if (f16) b64 ? launch_gemm<F16, true, true, 64>(p, s) : launch_gemm<F16, true, true>(p, s);
     else b64 ? launch_gemm<BF16, true, true, 64>(p, s) : launch_gemm<BF16, true, true>(p, s);
   } else if (kind == 1) {
+    // Sm90Gemm::fp8_wide: 128 x 256 tiles where one scale pair covers all of K (CTA pairs first)
+    if (p.fp8_wide && !b64 && !p.cluster2 && p.kchunk == 0 && p.rs_groups <= 1) {
+      if (f16) launch_gemm<F16, true, false, kBM, true>(p, s);
+      else launch_gemm<BF16, true, false, kBM, true>(p, s);
+      return;
+    }
     if (f16) b64 ? launch_gemm<F16, true, false, 64>(p, s) : launch_gemm<F16, true>(p, s);
     else b64 ? launch_gemm<BF16, true, false, 64>(p, s) : launch_gemm<BF16, true>(p, s);
   } else {

@@ -55,7 +55,7 @@ Tol tol_for(const ExpertWeights& w) {
     case SchemeKind::kINT8W8A8: case SchemeKind::kW4A8INT8:
       return {std::ldexp(1.0, -5), 1e-4};
     // an e4m3 step of the re-quantized h is up to 1/8 of the value (test_cuda_moe.cpp tol_for: 2^-4
-    // on the exact paths, 2^-2 for the QGMMA form "q8"); these cases, fixed inputs, measure within
+    // on the exact paths, 2^-1 for the QGMMA form "q8"); these cases, fixed inputs, measure within
     // 2^-4 on every path they take
     case SchemeKind::kW4A8FP8:
       return {std::ldexp(1.0, -4), 1e-4};

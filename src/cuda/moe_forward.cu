@@ -348,7 +348,7 @@ struct ExpertsPlan {
       pairs = !op.i8 && !op.wq && !stream && bm == 128 && !a_direct &&
               select_pairs(ex.fmt == WFmt::kFP8, pairs_env());
       // (one scale pair for all of K: per-tensor / per-channel weights, per-tensor / per-token activations)
-      fp8_wide = op.bytes && !op.i8 && ex.fmt == WFmt::kFP8 && !stream && bm == 128 && !pairs && ex.w13.kchunk == 0 &&
+      fp8_wide = op.bytes && !op.i8 && ex.fmt == WFmt::kFP8 && !stream && (bm == 128 || bm == 64) && !pairs && ex.w13.kchunk == 0 &&
                  ex.w2.kchunk == 0 && ex.act_quant != ActQuant::kFP8Group128 && fp8_wide_on();
       if (!stream && persist_on()) tile_counters = cv.take<int32_t>(kAlignZeroInts);
       as = cv.take<char>(static_cast<size_t>(cap) * ex.w13.kp * esz);

@@ -70,10 +70,11 @@ struct Sm90Gemm {
   // two column groups: twice the bytes per row per store); 0 (QMOE_CUDA_WIDE_STORE=0, measurements):
   // 2 columns per lane, as the accumulators lie. Bit-identical either way.
   int wide_store = 1;
-  // 1: fp8 with one scale pair for all of K on 128-row M-blocks (per-tensor / per-channel weights,
-  // per-tensor / per-token activations, no CTA pairs) runs 128 x 256 tiles, each consumer
-  // warpgroup's n256 as two n128 QGMMA halves (sm90_moe_gemm.cu Sm90Cfg "W8"); 0 (QMOE_CUDA_FP8_WIDE=0,
-  // measurements): 128 x 128. Bit-identical either way (the same k-block order into fp32).
+  // 1: fp8 with one scale pair for all of K (per-tensor / per-channel weights, per-tensor /
+  // per-token activations, no CTA pairs) runs n256 tiles: 128 x 256 with each consumer warpgroup's
+  // n256 as two n128 QGMMA halves, 64 x 256 with each warpgroup one n128 half (sm90_moe_gemm.cu
+  // Sm90Cfg "W8"); 0 (QMOE_CUDA_FP8_WIDE=0, measurements): 128 x 128 / 64 x 128. Bit-identical
+  // either way (the same k-block order into fp32).
   int fp8_wide = 1;
   // the 16-bit / fp8 tile kernel with 128-row M-blocks and A by TMA: 1 runs CTA pairs (clusters of
   // two) on adjacent N tiles of one M-block, each CTA loading half of the A box's rows into both (TMA

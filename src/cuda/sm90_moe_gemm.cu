@@ -52,8 +52,10 @@ constexpr int kGroupM = 8;
 #endif
 template <bool FP8, int BM = kBM, bool I8 = false, bool W8 = false>
 struct Sm90Cfg {
-  // fp8 keeps 64 k-block partials beside the 64 accumulators, so its tile is n128 (n256 as two
-  // sequential n128 halves measured 20-27% slower at M = 4096 on the H200). An fp8 stage holds
+  // fp8 keeps 64 k-block partials beside the 64 accumulators, so its tile was n128 (n256 as two
+  // sequential n128 halves measured 20-27% slower at M = 4096 on the H200 in an early form; W8
+  // below, the same idea on 4 one-box stages, measured 1.12-1.18x faster, twenty-sixth session;
+  // the n128 tile stays for scales that change along K). An fp8 stage holds
   // two 128-k blocks (KH = 2 boxes per operand), so one wait covers 8 QGMMAs (ncu at one block per
   // stage: 33% SM throughput, latency-bound).
   // INT8 (I8) sums exactly in int32 accumulators over all of K, with no partials to promote, so it
@@ -64,11 +66,11 @@ struct Sm90Cfg {
   // n256 needs 3/4 of it. (But L2 is not the fp8 tile's limit: CTA pairs sharing A cut its L2 bytes
   // by 20% at the same activity, and 6 one-box stages instead of 3 two-box ones measured the same,
   // twenty-fourth session.)
-  // W8 (fp8 with one scale pair for all of K, 128-row M-blocks): the 128 x 256 tile too, each
-  // consumer warpgroup multiplying its n256 as two n128 halves into one set of 64 partials
-  // (Sm90Gemm::fp8_wide: 128 x 128 moved 4/3 of the operand bytes per MAC through L2 and into
-  // shared memory, where the consumers' QGMMA reads compete with the fills)
-  static_assert(!W8 || (FP8 && !I8 && BM == kBM), "W8: fp8 on 128-row M-blocks");
+  // W8 (fp8 with one scale pair for all of K): the n256 tile too (Sm90Gemm::fp8_wide: 128 x 128
+  // moved 4/3 of the operand bytes per MAC through L2 and into shared memory, where the consumers'
+  // QGMMA reads compete with the fills). 128-row M-blocks: each consumer warpgroup multiplies its
+  // n256 as two n128 halves into one set of 64 partials; 64-row M-blocks: each its n128 half.
+  static_assert(!W8 || (FP8 && !I8), "W8: fp8");
   static constexpr bool kWide = !FP8 || (I8 && QMOE_SM90_I8_BN == 256) || W8;
   static constexpr int BN = kWide ? 256 : 128;
   // (one box per stage with 6 stages, the same 192 KiB: 0.98x, twenty-fourth session r4)
@@ -560,23 +562,25 @@ __global__ void __launch_bounds__(384, 1)
       // accumulators: acc[64 h + i] holds the n256 layout's column 128 h + that of tmp[i]); the
       // stage is released after the second half's QGMMAs are done. Sums in the order of the
       // 128 x 128 tile (k-block by k-block into fp32), so both tiles give the same bits.
-      float tmp[NACC / 2];
+      // 64-row M-blocks: one half per consumer warpgroup, its columns cn .. cn + 127 (acc = tmp's layout)
+      constexpr int NH = WN / 128;
+      float tmp[NACC / NH];
       for (int kb = 0; kb < nk; ++kb) {
         const int s = (it + kb) % STAGES;
         mbar_wait(&full[s], ((it + kb) / STAGES) & 1);
         if (kb == 0) QMOE_TRACE(1);
         const uint8_t* a_st = sA + s * C::A_ST + rw * 128;
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const uint8_t* b_st = sB + s * C::B_ST + h * 128 * 128;
+        for (int h = 0; h < NH; ++h) {
+          const uint8_t* b_st = sB + s * C::B_ST + (cn + h * 128) * 128;
           wgmma_fence();
 #pragma unroll
           for (int kk = 0; kk < 4; ++kk) wgmma_n128_e4m3(tmp, smem_desc(a_st + kk * 32), smem_desc(b_st + kk * 32), kk);
           wgmma_commit();
           wgmma_wait0();
-          if (h == 1) release(s);
+          if (h == NH - 1) release(s);
 #pragma unroll
-          for (int i = 0; i < NACC / 2; ++i) acc[h * (NACC / 2) + i] += tmp[i];
+          for (int i = 0; i < NACC / NH; ++i) acc[h * (NACC / NH) + i] += tmp[i];
         }
       }
       QMOE_TRACE(2);
@@ -2106,9 +2110,9 @@ void launch_sm90_gemm(bool f16, int kind, const Sm90Gemm& p, cudaStream_t s) {
     else b64 ? launch_gemm<BF16, true, true, 64>(p, s) : launch_gemm<BF16, true, true>(p, s);
   } else if (kind == 1) {
     // Sm90Gemm::fp8_wide: 128 x 256 tiles where one scale pair covers all of K (CTA pairs first)
-    if (p.fp8_wide && !b64 && !p.cluster2 && p.kchunk == 0 && p.rs_groups <= 1) {
-      if (f16) launch_gemm<F16, true, false, kBM, true>(p, s);
-      else launch_gemm<BF16, true, false, kBM, true>(p, s);
+    if (p.fp8_wide && !p.cluster2 && p.kchunk == 0 && p.rs_groups <= 1) {
+      if (f16) b64 ? launch_gemm<F16, true, false, 64, true>(p, s) : launch_gemm<F16, true, false, kBM, true>(p, s);
+      else b64 ? launch_gemm<BF16, true, false, 64, true>(p, s) : launch_gemm<BF16, true, false, kBM, true>(p, s);
       return;
     }
     if (f16) b64 ? launch_gemm<F16, true, false, 64>(p, s) : launch_gemm<F16, true>(p, s);

@@ -720,10 +720,11 @@ TEST(CudaSm90, CtaPairsMatchSingleCtas) {
   for (int mode : {0, 2}) check(w, ex, 64, 4, mode, false, 2048, {}, "fp8_channel_token E=64", rounded, 1960 + mode);
 }
 
-// fp8 with one scale pair for all of K on 128 x 256 tiles (Sm90Gemm::fp8_wide: each consumer
-// warpgroup's n256 as two n128 QGMMA halves, promoted k-block by k-block) against the 128 x 128 tile
-// (QMOE_CUDA_FP8_WIDE=0): bit-identical (the same k-block partials, summed in the same order) and the
-// reference. N tile counts that are odd and partial (GEMM2 N = 520: three 256-column tiles, the last
+// fp8 with one scale pair for all of K on n256 tiles (Sm90Gemm::fp8_wide: 128 x 256 with each
+// consumer warpgroup's n256 as two n128 QGMMA halves, 64 x 256 with each warpgroup one half,
+// promoted k-block by k-block) against the n128 tiles (QMOE_CUDA_FP8_WIDE=0): bit-identical (the same
+// k-block partials, summed in the same order) and the reference. 64-row M-blocks at M = 100 top-2
+// (40 rows per expert) and M = 60. N tile counts that are odd and partial (GEMM2 N = 520: three 256-column tiles, the last
 // with 8 live columns; GEMM1 N = 2 I = 640 / 464), H = 392 (a partial last k-block), tail M-blocks
 // (<= 64 live rows: M = 250 top-1), per channel x per token with biases, per tensor x static with
 // fp16 activations, top-1 / top-2, an expert with no tokens, expert parallelism, one CTA per tile as
@@ -744,6 +745,7 @@ TEST(CudaSm90, Fp8WideTilesMatchNarrow) {
   const int E = 5;
   test::ScopedEnv env("QMOE_CUDA_WGMMA_MIN_ROWS", "1");
   env.set("QMOE_CUDA_STREAM", "0");
+  int runs64 = 0, runs128 = 0;  // both M-block heights must have run
   for (size_t ci = 0; ci < cases.size(); ++ci) {
     const Case& c = cases[ci];
     const auto [H, I] = dims[ci];
@@ -754,7 +756,7 @@ TEST(CudaSm90, Fp8WideTilesMatchNarrow) {
       for (int k : {1, 2})
         for (int mode : {0, 2})
           for (bool ep : {false, true})
-            for (int64_t m : {250, 333, 1200}) {
+            for (int64_t m : {60, 100, 250, 333, 1200}) {
               if (ep && mode == 2) continue;
               env.set("QMOE_CUDA_PERSIST", persist);
               std::vector<int32_t> emap;
@@ -765,21 +767,19 @@ TEST(CudaSm90, Fp8WideTilesMatchNarrow) {
               Tensor x = test::random_tensor(w.act_dtype, {m, H}, seed);
               Routing r = random_routing(m, k, ep ? 7 : E, seed + 1, mode);
               const std::string kern = cuda::forward_kernels(ex, m, k);
-              ASSERT_NE(kern.find("gemm1=sm90-wgmma gemm2=sm90-wgmma"), std::string::npos) << c.name << " M=" << m << " ran " << kern;
+              ASSERT_NE(kern.find("gemm1=sm90-wgmma"), std::string::npos) << c.name << " M=" << m << " ran " << kern;
               ASSERT_NE(kern.find(" n256"), std::string::npos) << c.name << " M=" << m << " ran " << kern;
+              (kern.find("sm90-wgmma64") != std::string::npos ? runs64 : runs128) += 1;
               const std::string what = str(c.name, " persist ", persist, " top-", k, " mode ", mode, ep ? " EP" : "",
                                            " M=", m, " (", kern, ")");
               expect_switch_identical("QMOE_CUDA_FP8_WIDE", "the fp8 128 x 256 tiles differ from the 128 x 128 ones", ex,
                                       w, cfg, x, r, emap, kern, what, rounded);
             }
   }
+  EXPECT_GT(runs64, 0) << "no case ran 64-row M-blocks";
+  EXPECT_GT(runs128, 0) << "no case ran 128-row M-blocks";
 }
 
-// The quantized-weight wgmma kernel's 32- and 64-row token tiles (wgmma m64n32 / m64n64, A = the
-// dequantized weights from registers; select_sm90 takes them at up to 24 / 48 rows per expert),
-// forced (QMOE_CUDA_WQ_TN, QMOE_CUDA_WGMMA_MIN_ROWS) on every format the kernel runs: rows per
-// expert below, near and above the tile (experts spilling into a second M-block), an expert with no
-// tokens, expert parallelism, odd H / I (partly empty atoms and N tiles).
 TEST(CudaSm90, QuantizedWeightTokenTiles) {
   SKIP_WITHOUT_GPU();
   SKIP_WITHOUT_SM90();

@@ -644,6 +644,41 @@ TEST(CudaSm90, PersistentTileKernelMatchesOneCtaPerTile) {
   }
 }
 
+// One forward of a switch test (expect_switch_identical on switch `name`): x and the routing over
+// eg experts (`mode` as random_routing's) from `seed`, expert map `emap`; the tile kernel with `tag`
+// among the kernels' names must run. kern: the kernels' names.
+void switch_case(const char* name, const char* differ, const char* tag, const ExpertWeights& w,
+                 const cuda::DevExperts& ex, int eg, int k, int mode, int64_t m, const std::vector<int32_t>& emap,
+                 const std::string& label, std::optional<ExpertWeights>& rounded, int seed, std::string& kern) {
+  MoeConfig cfg = config(eg, k);
+  cfg.expert_map = emap;
+  Tensor x = test::random_tensor(w.act_dtype, {m, w.hidden}, seed);
+  Routing r = random_routing(m, k, eg, seed + 1, mode);
+  kern = cuda::forward_kernels(ex, m, k);
+  ASSERT_NE(kern.find("gemm1=sm90-wgmma"), std::string::npos) << label << " M=" << m << " ran " << kern;
+  ASSERT_NE(kern.find(tag), std::string::npos) << label << " M=" << m << " ran " << kern;
+  const std::string what = str(label, " top-", k, " mode ", mode, emap.empty() ? "" : " EP", " M=", m, " (", kern, ")");
+  expect_switch_identical(name, differ, ex, w, cfg, x, r, emap, kern, what, rounded);
+}
+
+// The switch tests' sweep over E = 5 local experts: persistent and one CTA per tile, top-1 / top-2,
+// an expert with no tokens (mode 2), expert parallelism (7 global experts, the fourth and the last
+// on another rank), each M of ms: f(label suffix, eg, k, mode, m, emap, seed).
+template <class F>
+void switch_sweep(test::ScopedEnv& env, std::initializer_list<int64_t> ms, int seed0, F f) {
+  for (const char* persist : {"1", "0"})
+    for (int k : {1, 2})
+      for (int mode : {0, 2})
+        for (bool ep : {false, true})
+          for (int64_t m : ms) {
+            if (ep && mode == 2) continue;
+            env.set("QMOE_CUDA_PERSIST", persist);
+            std::vector<int32_t> emap;
+            if (ep) emap = {0, 1, 2, -1, 3, 4, -1};
+            f(str(" persist ", persist), ep ? 7 : 5, k, mode, m, emap, seed0 + static_cast<int>(m) + mode + k + ep);
+          }
+}
+
 // The tile kernel's CTA pairs (Sm90Gemm::cluster2: clusters of two CTAs on adjacent N tiles of one
 // 128-row M-block, each multicasting half of the A box's rows into both, a stage refilled once both
 // CTAs' consumers released it, rank 0 mailing the pairs to rank 1) against one CTA per tile loading
@@ -675,20 +710,14 @@ TEST(CudaSm90, CtaPairsMatchSingleCtas) {
   // rows, every expert's M-block a tail)
   test::ScopedEnv env("QMOE_CUDA_WGMMA_MIN_ROWS", "1");
   env.set("QMOE_CUDA_STREAM", "0");
-  auto check = [&](const ExpertWeights& w, const cuda::DevExperts& ex, int eg, int k, int mode, bool ep, int64_t m,
+  auto check = [&](const ExpertWeights& w, const cuda::DevExperts& ex, int eg, int k, int mode, int64_t m,
                    const std::vector<int32_t>& emap, const std::string& name, std::optional<ExpertWeights>& rounded,
                    int seed) {
     env.set("QMOE_CUDA_PAIRS", "1");  // fp8 too (select_pairs keeps them for 16-bit weights)
-    MoeConfig cfg = config(eg, k);
-    cfg.expert_map = emap;
-    Tensor x = test::random_tensor(w.act_dtype, {m, w.hidden}, seed);
-    Routing r = random_routing(m, k, eg, seed + 1, mode);
-    const std::string kern = cuda::forward_kernels(ex, m, k);
-    ASSERT_NE(kern.find("gemm1=sm90-wgmma gemm2=sm90-wgmma"), std::string::npos) << name << " M=" << m << " ran " << kern;
-    ASSERT_NE(kern.find(" pairs"), std::string::npos) << name << " M=" << m << " ran " << kern;
-    const std::string what = str(name, " top-", k, " mode ", mode, ep ? " EP" : "", " M=", m, " (", kern, ")");
-    expect_switch_identical("QMOE_CUDA_PAIRS", "the CTA pairs differ from single CTAs", ex, w, cfg, x, r, emap,
-                            kern, what, rounded);
+    env.set("QMOE_CUDA_A_DIRECT", "0");  // 16-bit: x gathered (pairs load A by TMA)
+    std::string kern;
+    switch_case("QMOE_CUDA_PAIRS", "the CTA pairs differ from single CTAs", " pairs", w, ex, eg, k, mode, m, emap, name,
+                rounded, seed, kern);
   };
   for (size_t ci = 0; ci < cases.size(); ++ci) {
     const Case& c = cases[ci];
@@ -696,20 +725,10 @@ TEST(CudaSm90, CtaPairsMatchSingleCtas) {
     ExpertWeights w = make_weights(c.spec, E, H, I, 1900 + static_cast<int>(ci));
     cuda::DevExperts ex = cuda::prepare(w, Activation::kSiluMul);
     std::optional<ExpertWeights> rounded;
-    for (const char* persist : {"1", "0"})
-      for (int k : {1, 2})
-        for (int mode : {0, 2})
-          for (bool ep : {false, true})
-            for (int64_t m : {250, 333, 1200}) {
-              if (ep && mode == 2) continue;
-              env.set("QMOE_CUDA_A_DIRECT", "0");  // 16-bit: x gathered (pairs load A by TMA)
-              env.set("QMOE_CUDA_PERSIST", persist);
-              // expert parallelism: 7 global experts, the fourth and the last on another rank
-              std::vector<int32_t> emap;
-              if (ep) emap = {0, 1, 2, -1, 3, 4, -1};
-              check(w, ex, ep ? 7 : E, k, mode, ep, m, emap, str(c.name, " persist ", persist), rounded,
-                    1910 + static_cast<int>(m) + mode + k + ep);
-            }
+    switch_sweep(env, {250, 333, 1200}, 1910, [&](const std::string& sfx, int eg, int k, int mode, int64_t m,
+                                                  const std::vector<int32_t>& emap, int seed) {
+      check(w, ex, eg, k, mode, m, emap, c.name + sfx, rounded, seed);
+    });
   }
   // many pairs per cluster: E = 64, M = 2048 top-4 (most experts' second M-block a tail)
   env.set("QMOE_CUDA_PERSIST", "1");
@@ -717,7 +736,7 @@ TEST(CudaSm90, CtaPairsMatchSingleCtas) {
   ExpertWeights w = make_weights(cases[0].spec, 64, 520, 320, 1950);
   cuda::DevExperts ex = cuda::prepare(w, Activation::kSiluMul);
   std::optional<ExpertWeights> rounded;
-  for (int mode : {0, 2}) check(w, ex, 64, 4, mode, false, 2048, {}, "fp8_channel_token E=64", rounded, 1960 + mode);
+  for (int mode : {0, 2}) check(w, ex, 64, 4, mode, 2048, {}, "fp8_channel_token E=64", rounded, 1960 + mode);
 }
 
 // fp8 with one scale pair for all of K on n256 tiles (Sm90Gemm::fp8_wide: 128 x 256 with each
@@ -752,29 +771,13 @@ TEST(CudaSm90, Fp8WideTilesMatchNarrow) {
     ExpertWeights w = make_weights(c.spec, E, H, I, 2000 + static_cast<int>(ci));
     cuda::DevExperts ex = cuda::prepare(w, Activation::kSiluMul);
     std::optional<ExpertWeights> rounded;
-    for (const char* persist : {"1", "0"})
-      for (int k : {1, 2})
-        for (int mode : {0, 2})
-          for (bool ep : {false, true})
-            for (int64_t m : {60, 100, 250, 333, 1200}) {
-              if (ep && mode == 2) continue;
-              env.set("QMOE_CUDA_PERSIST", persist);
-              std::vector<int32_t> emap;
-              if (ep) emap = {0, 1, 2, -1, 3, 4, -1};  // 7 global experts, two on another rank
-              MoeConfig cfg = config(ep ? 7 : E, k);
-              cfg.expert_map = emap;
-              const int seed = 2010 + static_cast<int>(m) + mode + k + ep;
-              Tensor x = test::random_tensor(w.act_dtype, {m, H}, seed);
-              Routing r = random_routing(m, k, ep ? 7 : E, seed + 1, mode);
-              const std::string kern = cuda::forward_kernels(ex, m, k);
-              ASSERT_NE(kern.find("gemm1=sm90-wgmma"), std::string::npos) << c.name << " M=" << m << " ran " << kern;
-              ASSERT_NE(kern.find(" n256"), std::string::npos) << c.name << " M=" << m << " ran " << kern;
-              (kern.find("sm90-wgmma64") != std::string::npos ? runs64 : runs128) += 1;
-              const std::string what = str(c.name, " persist ", persist, " top-", k, " mode ", mode, ep ? " EP" : "",
-                                           " M=", m, " (", kern, ")");
-              expect_switch_identical("QMOE_CUDA_FP8_WIDE", "the fp8 128 x 256 tiles differ from the 128 x 128 ones", ex,
-                                      w, cfg, x, r, emap, kern, what, rounded);
-            }
+    switch_sweep(env, {60, 100, 250, 333, 1200}, 2010, [&](const std::string& sfx, int eg, int k, int mode, int64_t m,
+                                                         const std::vector<int32_t>& emap, int seed) {
+      std::string kern;
+      switch_case("QMOE_CUDA_FP8_WIDE", "the fp8 n256 tiles differ from the n128 ones", " n256", w, ex, eg, k, mode, m,
+                  emap, c.name + sfx, rounded, seed, kern);
+      (kern.find("sm90-wgmma64") != std::string::npos ? runs64 : runs128) += 1;
+    });
   }
   EXPECT_GT(runs64, 0) << "no case ran 64-row M-blocks";
   EXPECT_GT(runs128, 0) << "no case ran 128-row M-blocks";

@@ -148,8 +148,8 @@ bool fp8_block_slots_on() { return env_on("QMOE_CUDA_FP8_BLOCK_SLOTS"); }
 // (measurements, tests; read per plan).
 bool wide_store_on() { return env_on("QMOE_CUDA_WIDE_STORE"); }
 
-// fp8 128 x 256 tiles where one scale pair covers all of K (Sm90Gemm::fp8_wide); QMOE_CUDA_FP8_WIDE=0:
-// 128 x 128 (measurements, tests; read per plan).
+// fp8 n256 tiles where one scale pair covers all of K (Sm90Gemm::fp8_wide); QMOE_CUDA_FP8_WIDE=0:
+// the n128 tiles (measurements, tests; read per plan).
 bool fp8_wide_on() { return env_on("QMOE_CUDA_FP8_WIDE"); }
 
 // The tile kernel on 128-row M-blocks as CTA pairs sharing A by multicast (Sm90Gemm::cluster2) where
@@ -283,7 +283,7 @@ struct ExpertsPlan {
   bool block_slots = false;
   // the tile kernel's epilogue 4 columns per lane (Sm90Gemm::wide_store)
   bool wide_store = true;
-  // fp8 128 x 256 tiles (Sm90Gemm::fp8_wide), where they apply
+  // fp8 n256 tiles (Sm90Gemm::fp8_wide), where they apply
   bool fp8_wide = false;
   // the tile kernel's CTA pairs (Sm90Gemm::cluster2)
   bool pairs = false;
@@ -348,8 +348,8 @@ struct ExpertsPlan {
       pairs = !op.i8 && !op.wq && !stream && bm == 128 && !a_direct &&
               select_pairs(ex.fmt == WFmt::kFP8, pairs_env());
       // (one scale pair for all of K: per-tensor / per-channel weights, per-tensor / per-token activations)
-      fp8_wide = op.bytes && !op.i8 && ex.fmt == WFmt::kFP8 && !stream && (bm == 128 || bm == 64) && !pairs && ex.w13.kchunk == 0 &&
-                 ex.w2.kchunk == 0 && ex.act_quant != ActQuant::kFP8Group128 && fp8_wide_on();
+      fp8_wide = ex.fmt == WFmt::kFP8 && !stream && !pairs && ex.w13.kchunk == 0 && ex.w2.kchunk == 0 &&
+                 ex.act_quant != ActQuant::kFP8Group128 && fp8_wide_on();
       if (!stream && persist_on()) tile_counters = cv.take<int32_t>(kAlignZeroInts);
       as = cv.take<char>(static_cast<size_t>(cap) * ex.w13.kp * esz);
       hs = cv.take<char>(static_cast<size_t>(cap) * ex.w2.kp * 2);

@@ -74,8 +74,8 @@ struct Sm90Gemm {
   // per-token activations, no CTA pairs) runs n256 tiles: 128 x 256 with each consumer warpgroup's
   // n256 as two n128 QGMMA halves, 64 x 256 with each warpgroup one n128 half (sm90_moe_gemm.cu
   // Sm90Cfg "W8"); 0 (QMOE_CUDA_FP8_WIDE=0, measurements): 128 x 128 / 64 x 128. Bit-identical
-  // either way (the same k-block order into fp32).
-  int fp8_wide = 1;
+  // either way (the same k-block order into fp32). The plan sets it (ExpertsPlan::fp8_wide).
+  int fp8_wide = 0;
   // the 16-bit / fp8 tile kernel with 128-row M-blocks and A by TMA: 1 runs CTA pairs (clusters of
   // two) on adjacent N tiles of one M-block, each CTA loading half of the A box's rows into both (TMA
   // multicast: A read from L2 once per pair); 0: every CTA loads its own A. Bit-identical either way

@@ -180,7 +180,7 @@ __device__ __forceinline__ bool raster_tile(const Sm90Gemm& p, int L, int ntn, i
 // reach a CTA that has gone). With an odd number of N tiles the last pair's second tile is past the
 // weights: its CTA loads no B (its stages expect A's bytes alone) and multiplies what the stage
 // holds, but stores nothing (columns past n), while its A half still feeds the first CTA.
-// I8: byte operands as signed int8 (IGMMA); W8: fp8 on 128 x 256 tiles (Sm90Cfg)
+// I8: byte operands as signed int8 (IGMMA); W8: fp8 on n256 tiles (Sm90Cfg)
 template <class Op, bool FP8, bool I8 = false, int BM = kBM, bool MC = false, bool W8 = false>
 __global__ void __launch_bounds__(384, 1)
     sm90_moe_gemm_kernel(const __grid_constant__ CUtensorMap tma_a, const Sm90Gemm p) {
@@ -556,7 +556,7 @@ __global__ void __launch_bounds__(384, 1)
       }
       each_scale([&](int i, float cs, float r) { acc[i] = (static_cast<float>(iacc[i]) * cs) * r; });
     } else if constexpr (W8) {
-      // fp8 128 x 256 (one scale pair for all of K: the host launches W8 only then): per 128-k
+      // fp8 n256 (one scale pair for all of K: the host launches W8 only then). 128 x 256: per 128-k
       // stage, each consumer multiplies its 64 rows by the tile's two 128-column halves in turn,
       // four QGMMAs into the 64 partials, waited for, then promoted (added into the half's fp32
       // accumulators: acc[64 h + i] holds the n256 layout's column 128 h + that of tmp[i]); the
@@ -2109,8 +2109,10 @@ void launch_sm90_gemm(bool f16, int kind, const Sm90Gemm& p, cudaStream_t s) {
     if (f16) b64 ? launch_gemm<F16, true, true, 64>(p, s) : launch_gemm<F16, true, true>(p, s);
     else b64 ? launch_gemm<BF16, true, true, 64>(p, s) : launch_gemm<BF16, true, true>(p, s);
   } else if (kind == 1) {
-    // Sm90Gemm::fp8_wide: 128 x 256 tiles where one scale pair covers all of K (CTA pairs first)
-    if (p.fp8_wide && !p.cluster2 && p.kchunk == 0 && p.rs_groups <= 1) {
+    // Sm90Gemm::fp8_wide: n256 tiles (the plan sets it only where one scale pair covers all of K)
+    if (p.fp8_wide) {
+      QMOE_CHECK(!p.cluster2 && p.kchunk == 0 && p.rs_groups <= 1, kInternal,
+                 "sm90 GEMM: fp8 n256 tiles with CTA pairs or scales that change along K");
       if (f16) b64 ? launch_gemm<F16, true, false, 64, true>(p, s) : launch_gemm<F16, true, false, kBM, true>(p, s);
       else b64 ? launch_gemm<BF16, true, false, 64, true>(p, s) : launch_gemm<BF16, true, false, kBM, true>(p, s);
       return;

@@ -742,12 +742,12 @@ TEST(CudaSm90, CtaPairsMatchSingleCtas) {
 // fp8 with one scale pair for all of K on n256 tiles (Sm90Gemm::fp8_wide: 128 x 256 with each
 // consumer warpgroup's n256 as two n128 QGMMA halves, 64 x 256 with each warpgroup one half,
 // promoted k-block by k-block) against the n128 tiles (QMOE_CUDA_FP8_WIDE=0): bit-identical (the same
-// k-block partials, summed in the same order) and the reference. 64-row M-blocks at M = 100 top-2
-// (40 rows per expert) and M = 60. N tile counts that are odd and partial (GEMM2 N = 520: three 256-column tiles, the last
-// with 8 live columns; GEMM1 N = 2 I = 640 / 464), H = 392 (a partial last k-block), tail M-blocks
-// (<= 64 live rows: M = 250 top-1), per channel x per token with biases, per tensor x static with
-// fp16 activations, top-1 / top-2, an expert with no tokens, expert parallelism, one CTA per tile as
-// well as persistent.
+// k-block partials, summed in the same order) and the reference. 64-row M-blocks (M = 60, and M =
+// 100 top-2: 40 rows per expert) and 128-row ones; N tile counts that are odd and partial (GEMM2 N =
+// 520: three 256-column tiles, the last with 8 live columns; GEMM1 N = 2 I = 640 / 464), H = 392 (a
+// partial last k-block), tail M-blocks (<= 64 live rows: M = 250 top-1), per channel x per token
+// with and without biases, per tensor x static with fp16 activations, top-1 / top-2, an expert with
+// no tokens, expert parallelism, one CTA per tile as well as persistent.
 TEST(CudaSm90, Fp8WideTilesMatchNarrow) {
   SKIP_WITHOUT_GPU();
   SKIP_WITHOUT_SM90();
@@ -783,6 +783,11 @@ TEST(CudaSm90, Fp8WideTilesMatchNarrow) {
   EXPECT_GT(runs128, 0) << "no case ran 128-row M-blocks";
 }
 
+// The quantized-weight wgmma kernel's 32- and 64-row token tiles (wgmma m64n32 / m64n64, A = the
+// dequantized weights from registers; select_sm90 takes them at up to 24 / 48 rows per expert),
+// forced (QMOE_CUDA_WQ_TN, QMOE_CUDA_WGMMA_MIN_ROWS) on every format the kernel runs: rows per
+// expert below, near and above the tile (experts spilling into a second M-block), an expert with no
+// tokens, expert parallelism, odd H / I (partly empty atoms and N tiles).
 TEST(CudaSm90, QuantizedWeightTokenTiles) {
   SKIP_WITHOUT_GPU();
   SKIP_WITHOUT_SM90();

@@ -146,6 +146,43 @@ inline DecodeConfig select_decode(const GemmProblem& p, bool fill_splits, int ma
   return c;
 }
 
+// ---- sm_90 bulk decode kernel (moe_decode.cu): warp slabs and reduction buffers ---------------------
+// Each stage of the kernel's ring holds one slab of `slab` atoms per consumer warp and column; an
+// item's K range of `natoms` atoms per column thus costs its slowest warp
+// slab * ceil(natoms / (kDecodeWarps * slab)) atom steps, while the other warps wait for it at the
+// item's reduction. With 2-atom slabs, qwen3-30b-a3b's fp8 GEMM2 (K = 768: 24 atoms of 32 columns)
+// ran a full stage (16 atoms) and a half one: 4 steps for 3 atoms' worth of work per warp.
+inline int dec90_path(int natoms, int slab) {
+  const int per_stage = kDecodeWarps * slab;
+  return slab * ((natoms + per_stage - 1) / per_stage);
+}
+struct Dec90Shape {
+  int slab = 0, red_bufs = 0, blocks = 0;  // blocks: resident blocks per SM (0: nothing fits)
+};
+// The slab (min_slab, min_slab + unit, ...: whole scale chunks) and number of reduction buffers
+// (2, else 1) with the most item throughput per SM, blocks_of(slab, red_bufs) / dec90_path(natoms,
+// slab), where blocks_of gives the blocks per SM that the shared memory and registers allow (0 where
+// the configuration does not fit). Ties keep the smaller slab, then two buffers. Slabs past
+// ceil(natoms / kDecodeWarps) atoms shorten nothing and are not tried.
+template <class BlocksOf>
+Dec90Shape dec90_balance(int natoms, int min_slab, int unit, BlocksOf blocks_of) {
+  Dec90Shape best;
+  int best_path = 1;
+  const int enough = (natoms + kDecodeWarps - 1) / kDecodeWarps;
+  for (int s = min_slab;; s += unit) {
+    const int path = dec90_path(natoms, s);
+    for (int rb = 2; rb >= 1; --rb) {
+      const int b = blocks_of(s, rb);
+      if (b > 0 && (best.blocks == 0 || static_cast<int64_t>(b) * best_path > static_cast<int64_t>(best.blocks) * path)) {
+        best = Dec90Shape{s, rb, b};
+        best_path = path;
+      }
+    }
+    if (s >= enough || unit <= 0) break;
+  }
+  return best;
+}
+
 // ---- Hopper (sm_90a) path: whether the wgmma kernels run a set of experts, and their M-block ------
 // (moe_forward.cu; the kernels in sm90_moe_gemm.cu). rows = expected rows per touched expert.
 enum class Sm90Kind : int {

@@ -127,5 +127,13 @@ bool device_present(std::string* why);
 // Whether the sm_90 bulk-streaming decode kernel runs here (moe_decode.cuh; QMOE_CUDA_DECODE90=0
 // turns it off): 16-bit weights decode only on it (up to 4 rows per expert).
 bool decode90_available();
+// The sm_90 bulk decode kernel's plan for one GEMM, as its launch uses it (moe_decode.cu; for tests and
+// measurements): atoms per warp slab (config.h dec90_balance), reduction buffers, ring stages and
+// shared memory per block.
+struct Decode90Plan {
+  int slab_atoms = 0, red_bufs = 0, stages = 0, smem = 0;
+};
+Decode90Plan decode90_plan(WFmt fmt, int mode, int chunk, int kp, int ktiles_per_split, int slab_ktiles, int max_rows,
+                           bool zero, int rows = kDecodeRows);
 
 }  // namespace qmoe::cuda

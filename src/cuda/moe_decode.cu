@@ -602,8 +602,12 @@ __device__ __forceinline__ void cp_async4(void* smem, const void* gmem) {
 // would spill at 3.
 // 16-row M-blocks keep two blocks (their token fragments and sums take the registers).
 // 16-bit weights (64 registers) run three.
+// (dec90_plan reads the same number for a runtime format.)
+constexpr int dec90_reg_blocks(WFmt f, int mode, int rows) {
+  return (f == WFmt::kFP8 && mode == 3 && rows == 8) || f == WFmt::k16 ? 3 : 2;
+}
 template <WFmt F, int MODE, int R>
-constexpr int dec90_min_blocks() { return (F == WFmt::kFP8 && MODE == 3 && R == 8) || F == WFmt::k16 ? 3 : 2; }
+constexpr int dec90_min_blocks() { return dec90_reg_blocks(F, MODE, R); }
 
 // R: rows per M-block, 8 (one n8 token operand) or 16 (two: 5-16 rows per expert; each dequantized
 // weight fragment feeds two mma, so the weights are streamed once for up to 16 tokens).
@@ -1118,6 +1122,7 @@ int dec90_max_stages() {
   return v;
 }
 constexpr bool dec90_two_fit(int smem) { return 2 * (smem + 1024) <= 228 * 1024; }
+constexpr int dec90_smem_blocks(int smem) { return 228 * 1024 / (smem + 1024); }
 Dec90Plan dec90_plan(WFmt fmt, int mode, int chunk, int kp, int ktiles_per_split, int slab_kt, int max_rows,
                      bool zero, int rows) {
   const int KA = dec_ka(fmt), U = dec_unit(fmt);
@@ -1125,18 +1130,45 @@ Dec90Plan dec90_plan(WFmt fmt, int mode, int chunk, int kp, int ktiles_per_split
   // slabs, 16 KiB for 512-byte atoms)
   const bool per_chunk = mode == 1 && chunk < kp;
   Dec90Plan d;
-  d.slab_atoms = per_chunk ? slab_kt * (64 / KA) : 2;
-  while (d.slab_atoms < 2) d.slab_atoms *= 2;
+  int base = per_chunk ? slab_kt * (64 / KA) : 2;
+  while (base < 2) base *= 2;
   const int krange = ktiles_per_split * 64;
   const int nch = per_chunk ? (krange + chunk - 1) / chunk : 0;
   const bool hz = (fmt == WFmt::kU4 || fmt == WFmt::kU8) && zero;
-  const int stage_bytes = kNT * kDecodeWarps * d.slab_atoms * U, nzch = hz ? (per_chunk ? nch : 1) : 0;
-  for (d.stages = dec90_max_stages(); d.stages > 2; --d.stages)
-    if (dec90_two_fit(dec90_smem(d.stages, stage_bytes, max_rows, krange, nch, nzch, 1, rows).total)) break;
+  const int nzch = hz ? (per_chunk ? nch : 1) : 0;
+  auto stage_bytes = [&](int slab) { return kNT * kDecodeWarps * slab * U; };
+  auto stages_for = [&](int slab) {
+    int st = dec90_max_stages();
+    for (; st > 2; --st)
+      if (dec90_two_fit(dec90_smem(st, stage_bytes(slab), max_rows, krange, nch, nzch, 1, rows).total)) break;
+    return st;
+  };
+  // QMOE_CUDA_DECODE90_BALANCE (default 1): the slab and reduction buffers by dec90_balance (config.h:
+  // the slowest warp's atoms per item over the blocks an SM holds); 0: 2-atom (or one-chunk) slabs
+  // and a second reduction buffer wherever two blocks still fit; 2: balanced slabs counting at most
+  // two blocks per SM (measurements)
+  static const int balance = env_int("QMOE_CUDA_DECODE90_BALANCE", 1);
+  if (balance != 0) {
+    const int natoms = krange / KA;
+    const int reg = balance == 2 ? 2 : dec90_reg_blocks(fmt, mode, rows);
+    const Dec90Shape sh = dec90_balance(natoms, base, per_chunk ? base : 1, [&](int slab, int rb) {
+      const int total = dec90_smem(stages_for(slab), stage_bytes(slab), max_rows, krange, nch, nzch, rb, rows).total;
+      return total <= 227 * 1024 && dec90_two_fit(total) ? std::min(reg, dec90_smem_blocks(total)) : 0;
+    });
+    if (sh.blocks > 0) {
+      d.slab_atoms = sh.slab;
+      d.red_bufs = sh.red_bufs;
+      d.stages = stages_for(sh.slab);
+      d.L = dec90_smem(d.stages, stage_bytes(sh.slab), max_rows, krange, nch, nzch, d.red_bufs, rows);
+      return d;
+    }
+  }
+  d.slab_atoms = base;
+  d.stages = stages_for(base);
   // a second reduction buffer where it still lets two blocks share an SM (measured 2-3% faster
   // than waiting for the epilogue warps)
-  d.red_bufs = dec90_two_fit(dec90_smem(d.stages, stage_bytes, max_rows, krange, nch, nzch, 2, rows).total) ? 2 : 1;
-  d.L = dec90_smem(d.stages, stage_bytes, max_rows, krange, nch, nzch, d.red_bufs, rows);
+  d.red_bufs = dec90_two_fit(dec90_smem(d.stages, stage_bytes(base), max_rows, krange, nch, nzch, 2, rows).total) ? 2 : 1;
+  d.L = dec90_smem(d.stages, stage_bytes(base), max_rows, krange, nch, nzch, d.red_bufs, rows);
   return d;
 }
 
@@ -1235,6 +1267,12 @@ bool decode90_use(WFmt fmt, int mode, int chunk, int kp, int ktiles_per_split, i
   if (mode == 1 && chunk < kp && (d.slab_atoms * dec_ka(fmt)) % chunk != 0) return false;
   static const bool force = env_int("QMOE_CUDA_DECODE90", 1) == 2;
   return force || dec90_two_fit(d.L.total);  // QMOE_CUDA_DECODE90=2: wherever it fits (measurements)
+}
+
+Decode90Plan decode90_plan(WFmt fmt, int mode, int chunk, int kp, int ktiles_per_split, int slab_ktiles, int max_rows,
+                           bool zero, int rows) {
+  const Dec90Plan d = dec90_plan(fmt, mode, chunk, kp, ktiles_per_split, slab_ktiles, max_rows, zero, rows);
+  return Decode90Plan{d.slab_atoms, d.red_bufs, d.stages, d.L.total};
 }
 
 bool decode90_fit(WFmt fmt, int mode, int chunk, int kp, DecodeConfig& d, int max_rows, bool zero, int rows) {

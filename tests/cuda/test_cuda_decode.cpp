@@ -289,6 +289,56 @@ TEST(CudaDecode, BulkKernelSplitsKToFit) {
   }
 }
 
+// ---- the bulk (sm_90) decode kernel's balanced slabs (config.h dec90_balance): GEMM2 K = 744 (24
+//      fp8 / int8 atoms of 32 columns per column) runs 3-atom slabs, one stage per item with every
+//      warp busy; GEMM1 K = 1800 (8 staged rows of 3.7 KB) gives up the second reduction buffer for
+//      a third block per SM (fp8 with one scale pair, 16-bit weights); items walked 1 and ~3 per block ----
+TEST(CudaDecode, BulkSlabsBalanceTheWarps) {
+  SKIP_WITHOUT_GPU();
+  const char* bal = std::getenv("QMOE_CUDA_DECODE90_BALANCE");
+  const bool balanced = cuda::decode90_available() && !(bal != nullptr && bal[0] != '1');
+  if (balanced) {
+    // the plans this layer's GEMMs get (8 staged rows; K ranges of 12 and 29 k-tiles, one split)
+    EXPECT_EQ(cuda::decode90_plan(cuda::WFmt::kFP8, 3, 1 << 30, 768, 12, 1, 8, false).slab_atoms, 3);
+    EXPECT_EQ(cuda::decode90_plan(cuda::WFmt::kU8, 1, 1 << 30, 768, 12, 1, 8, false).slab_atoms, 3);
+    const cuda::Decode90Plan g1 = cuda::decode90_plan(cuda::WFmt::kFP8, 3, 1 << 30, 1856, 29, 1, 8, false);
+    EXPECT_EQ(g1.slab_atoms, 2);
+    EXPECT_EQ(g1.red_bufs, 1);
+    EXPECT_LE(3 * (g1.smem + 1024), 228 * 1024);
+    EXPECT_EQ(cuda::decode90_plan(cuda::WFmt::k16, 0, 1 << 30, 1856, 29, 1, 8, false).red_bufs, 1);
+    // int4 g128: chunks of 2 atoms; 12 atoms take 2-atom slabs as before
+    EXPECT_EQ(cuda::decode90_plan(cuda::WFmt::kU4, 1, 128, 768, 12, 2, 8, false).slab_atoms, 2);
+  }
+  for (int kind = 0; kind < 3; ++kind) {
+    ref::SchemeSpec s;
+    std::string name;
+    if (kind == 0) {
+      s.kind = SchemeKind::kFP8W8A8; s.fp8_strategy = Strategy::kChannel; s.act = ActQuant::kFP8Token; name = "fp8";
+    }
+    if (kind == 1) { s.kind = SchemeKind::kUnquantized; s.act_dtype = DType::kBF16; name = "bf16"; }
+    if (kind == 2) { s.kind = SchemeKind::kWNA16; s.bits = 8; s.group_size = 0; name = "int8_channel"; }
+    const int E = 6, H = 1800, I = 744;
+    ExpertWeights w = make_weights(s, E, H, I, 130 + kind);
+    cuda::DevExperts ex = cuda::prepare(w, Activation::kSiluMul);
+    const MoeConfig cfg = config(E, 2);
+    test::ScopedEnv tiles;
+    for (int pass = 0; pass < 2; ++pass) {
+      if (pass == 1) tiles.set("QMOE_CUDA_DECODE90_TILES", "3");
+      for (int64_t m : {1, 5, 8}) {
+        Tensor x = test::random_tensor(w.act_dtype, {m, H}, 131 + m + kind + 10 * pass);
+        Routing r = random_routing(m, 2, E, 132 + m + kind + 10 * pass);
+        const std::string kern = cuda::forward_kernels(ex, m, 2);
+        if (balanced && !decode_off()) {
+          EXPECT_NE(kern.find("gemm1=decode90"), std::string::npos) << kern;
+          EXPECT_NE(kern.find("gemm2=decode90"), std::string::npos) << kern;
+        }
+        check(ex, w, nullptr, nullptr, cfg, x, r, false, str("balanced slabs ", name, " pass ", pass, " M=", m), {},
+              kind != 1 || cuda::decode90_available());
+      }
+    }
+  }
+}
+
 // ---- expert parallelism (non-local experts skipped), Llama 4 weight-on-input + shared expert,
 //      gelu with biases ----
 TEST(CudaDecode, ExpertParallelLlama4AndBias) {

@@ -4,6 +4,7 @@
 // 8 k-tiles).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -183,6 +184,56 @@ TEST(SelectDecode, OneRowBlocksSplitOnlyForFill) {
     const DecodeConfig c = select_decode(dprob(1, 4, 64, 4096, k, WFmt::kU4, 128), false, kDecodeMaxK1);
     EXPECT_LE(c.ktiles_per_split * 64, kDecodeMaxK1) << k;
     EXPECT_EQ(c.splits == 1, k <= kDecodeMaxK1) << k;
+  }
+}
+
+// The bulk decode kernel's warp slabs (dec90_balance): the slowest warp's atoms per item over the
+// blocks an SM holds. qwen3-30b-a3b fp8 GEMM2 (K = 768: 24 atoms of 32 columns) takes 3-atom slabs
+// (one stage, every warp busy) where 3 blocks still fit; GEMM1 (K = 2048: 64 atoms) keeps 2-atom
+// slabs and gives up the second reduction buffer where that lets a third block in.
+TEST(SelectDecode, BulkSlabsBalanceTheWarps) {
+  EXPECT_EQ(dec90_path(24, 2), 4);
+  EXPECT_EQ(dec90_path(24, 3), 3);
+  EXPECT_EQ(dec90_path(64, 2), 8);
+  EXPECT_EQ(dec90_path(90, 2), 12);  // ceil(90 / 8): already the least
+  EXPECT_EQ(dec90_path(1, 2), 2);
+  const auto three = [](int, int) { return 3; };
+  Dec90Shape d = dec90_balance(24, 2, 1, three);
+  EXPECT_EQ(d.slab, 3);
+  EXPECT_EQ(d.red_bufs, 2);
+  EXPECT_EQ(d.blocks, 3);
+  EXPECT_EQ(dec90_balance(64, 2, 1, three).slab, 2);  // balanced already: the smaller slab
+  EXPECT_EQ(dec90_balance(90, 2, 1, three).slab, 2);
+  // the second buffer costs the third block: one buffer
+  d = dec90_balance(64, 2, 1, [](int slab, int rb) { return slab <= 2 ? (rb == 2 ? 2 : 3) : 2; });
+  EXPECT_EQ(d.slab, 2);
+  EXPECT_EQ(d.red_bufs, 1);
+  EXPECT_EQ(d.blocks, 3);
+  // a longer slab that loses a block: 3 blocks / 4 steps beat 2 blocks / 3 steps
+  EXPECT_EQ(dec90_balance(24, 2, 1, [](int slab, int) { return slab <= 2 ? 3 : 2; }).slab, 2);
+  // whole scale chunks of 2 atoms (int4 g128, K = 768: 12 atoms): slabs of 2 or 4 only
+  EXPECT_EQ(dec90_balance(12, 2, 2, three).slab, 2);
+  EXPECT_EQ(dec90_balance(40, 2, 2, three).slab, 2);  // even slabs: none is shorter than 2-atom ones
+  // nothing fits
+  EXPECT_EQ(dec90_balance(24, 2, 1, [](int, int) { return 0; }).blocks, 0);
+  // against every candidate: no slab or buffer count gives more items per SM
+  const auto model = [](int slab, int rb) {
+    const int kb = 3 * slab * 8 + 40 + 8 * rb;  // a made-up shared-memory size in KiB
+    return kb > 227 ? 0 : std::min(3, 228 / (kb + 1));
+  };
+  for (int natoms = 1; natoms <= 300; ++natoms) {
+    for (int unit : {1, 2}) {
+      const Dec90Shape b = dec90_balance(natoms, 2, unit, model);
+      ASSERT_GT(b.blocks, 0) << natoms;
+      EXPECT_EQ(b.blocks, model(b.slab, b.red_bufs)) << natoms;
+      for (int s = 2; s <= 64; s += unit)
+        for (int rb = 1; rb <= 2; ++rb) {
+          const int m = model(s, rb);
+          EXPECT_LE(static_cast<int64_t>(m) * dec90_path(natoms, b.slab),
+                    static_cast<int64_t>(b.blocks) * dec90_path(natoms, s))
+              << natoms << " slab " << s << " rb " << rb << " chosen " << b.slab;
+        }
+    }
   }
 }
 

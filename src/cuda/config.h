@@ -163,7 +163,7 @@ struct Dec90Shape {
 // (2, else 1) with the most item throughput per SM, blocks_of(slab, red_bufs) / dec90_path(natoms,
 // slab), where blocks_of gives the blocks per SM that the shared memory and registers allow (0 where
 // the configuration does not fit). Ties keep the smaller slab, then two buffers. Slabs past
-// ceil(natoms / kDecodeWarps) atoms shorten nothing and are not tried.
+// ceil(natoms / kDecodeWarps) atoms shorten nothing and are not tried; unit 0 tries min_slab only.
 template <class BlocksOf>
 Dec90Shape dec90_balance(int natoms, int min_slab, int unit, BlocksOf blocks_of) {
   Dec90Shape best;

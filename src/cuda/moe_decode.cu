@@ -1123,8 +1123,9 @@ int dec90_max_stages() {
 }
 constexpr bool dec90_two_fit(int smem) { return 2 * (smem + 1024) <= 228 * 1024; }
 constexpr int dec90_smem_blocks(int smem) { return 228 * 1024 / (smem + 1024); }
+// many_items: the launch walks enough items per block (>= 4) for slabs longer than the base one
 Dec90Plan dec90_plan(WFmt fmt, int mode, int chunk, int kp, int ktiles_per_split, int slab_kt, int max_rows,
-                     bool zero, int rows) {
+                     bool zero, int rows, bool many_items = true) {
   const int KA = dec_ka(fmt), U = dec_unit(fmt);
   // a warp's slab: whole scale chunks, at least 2 atoms; 2 without chunks (a stage: 2 columns x 8
   // slabs, 16 KiB for 512-byte atoms)
@@ -1145,14 +1146,23 @@ Dec90Plan dec90_plan(WFmt fmt, int mode, int chunk, int kp, int ktiles_per_split
   };
   // QMOE_CUDA_DECODE90_BALANCE (default 1): the slab and reduction buffers by dec90_balance (config.h:
   // the slowest warp's atoms per item over the blocks an SM holds); 0: 2-atom (or one-chunk) slabs
-  // and a second reduction buffer wherever two blocks still fit; 2: balanced slabs counting at most
-  // two blocks per SM (measurements)
+  // and a second reduction buffer wherever two blocks still fit (measurements). Measured on the H200
+  // (docs/perf.md, twenty-seventh session, against 0): qwen3-30b-a3b GEMM2 (K = 768) on 3-atom slabs
+  // and GEMM1 on three blocks with one buffer, fp8 M = 16 / 64 1.03 / 1.04x, int8 1.04-1.05x; but
+  // qwen3-30b-a3b fp8 M = 1 (1-2 items per block) 0.96x with the longer slab (a longer first stage
+  // to wait for), and deepseek-v3 bf16 M = 16 0.91x on three blocks with one buffer. Hence longer
+  // slabs only where blocks walk several items, and 16-bit weights keep the second buffer.
   static const int balance = env_int("QMOE_CUDA_DECODE90_BALANCE", 1);
   if (balance != 0) {
     const int natoms = krange / KA;
-    const int reg = balance == 2 ? 2 : dec90_reg_blocks(fmt, mode, rows);
-    const Dec90Shape sh = dec90_balance(natoms, base, per_chunk ? base : 1, [&](int slab, int rb) {
-      const int total = dec90_smem(stages_for(slab), stage_bytes(slab), max_rows, krange, nch, nzch, rb, rows).total;
+    const int reg = dec90_reg_blocks(fmt, mode, rows);
+    const auto total_of = [&](int slab, int rb) {
+      return dec90_smem(stages_for(slab), stage_bytes(slab), max_rows, krange, nch, nzch, rb, rows).total;
+    };
+    const bool keep_two = fmt == WFmt::k16 && dec90_two_fit(total_of(base, 2));
+    const Dec90Shape sh = dec90_balance(natoms, base, many_items ? (per_chunk ? base : 1) : 0, [&](int slab, int rb) {
+      const int total = total_of(slab, rb);
+      if (keep_two && rb == 1) return 0;
       return total <= 227 * 1024 && dec90_two_fit(total) ? std::min(reg, dec90_smem_blocks(total)) : 0;
     });
     if (sh.blocks > 0) {
@@ -1177,7 +1187,14 @@ void launch_one90(int slab_kt, int max_rows, const GemmParams& p, cudaStream_t s
   QMOE_CHECK(p.np % kDecodeTileN == 0 && p.ktiles_per_split % slab_kt == 0 && max_rows >= 1 &&
                  max_rows <= R, kInternal, "moe_decode90: np ", p.np, " / ktiles_per_split ",
              p.ktiles_per_split, " / rows ", max_rows, " do not fit the tiling");
-  const Dec90Plan d = dec90_plan(F, MODE, p.chunk, p.kp, p.ktiles_per_split, slab_kt, max_rows, p.zero != nullptr, R);
+  // items per block: at most (M-blocks, each holding a slot, x 32-column tiles) over the blocks of one K split
+  const int64_t items_max = static_cast<int64_t>(std::min(p.max_blocks, p.numel)) * (p.np / kDecodeTileN);
+  // (QMOE_CUDA_DECODE90_TILES, below, sets the items per block: tests run both slab choices with it)
+  const int forced_items = env_int("QMOE_CUDA_DECODE90_TILES", 0);
+  const bool many = forced_items > 0 ? forced_items >= 4
+                                     : items_max >= int64_t{4} * dec90_reg_blocks(F, MODE, R) * device_sm_count();
+  const Dec90Plan d =
+      dec90_plan(F, MODE, p.chunk, p.kp, p.ktiles_per_split, slab_kt, max_rows, p.zero != nullptr, R, many);
   const Dec90Smem& L = d.L;
   const int slab_atoms = d.slab_atoms;
   const int krange = p.ktiles_per_split * 64;
@@ -1203,8 +1220,8 @@ void launch_one90(int slab_kt, int max_rows, const GemmParams& p, cudaStream_t s
   const int64_t items = static_cast<int64_t>(p.max_blocks) * (p.np / kDecodeTileN);
   int64_t blocks = std::max<int64_t>(1, (o & 255) * device_sm_count() / p.splits);
   // tests force about `v` items per block on small layers (read per launch so a test can set it)
-  if (const int v = env_int("QMOE_CUDA_DECODE90_TILES", 0); v > 0) {
-    const int64_t per = v;
+  if (forced_items > 0) {
+    const int64_t per = forced_items;
     blocks = (items + per - 1) / per;
   }
   blocks = std::min(blocks, items);

@@ -527,6 +527,9 @@ __global__ void __launch_bounds__(kThreads) moe_decode_kernel(const GemmParams p
 // two blocks still fit an SM measure the same as 2 (docs/perf.md, fourth session of 2026-11-30).
 // QMOE_CUDA_DECODE90_STAGES (2..8): the deepest ring up to that many stages that still lets two
 // blocks share an SM, for measurements (2-8 stages measured the same again in the sixth session).
+// Since the twenty-seventh session dec90_plan also balances the warps' slabs and picks the ring
+// depth (up to 3) that keeps the blocks per SM: with the plan's blocks fixed, a third stage measured
+// 1.02-1.07x on int8 (W8A16) rows and up to 1.03x on bf16 ones.
 // Since the sixth session it also runs 16-bit weights (each atom's words are the A fragment,
 // reordered; three blocks per SM) and int4 M-blocks of 16 rows (template R: two n8 token operands
 // per dequantized fragment), and forward() splits K further where the staged rows would otherwise
@@ -1116,7 +1119,7 @@ struct Dec90Plan {
   Dec90Smem L;
 };
 // Deepest ring (up to kStages90, or QMOE_CUDA_DECODE90_STAGES for measurements) that still lets
-// two blocks share an SM.
+// two blocks share an SM (the plan of QMOE_CUDA_DECODE90_BALANCE=0; the balanced plan keeps its blocks).
 int dec90_max_stages() {
   static const int v = std::min(kMaxStages90, std::max(2, env_int("QMOE_CUDA_DECODE90_STAGES", kStages90)));
   return v;
@@ -1145,8 +1148,9 @@ Dec90Plan dec90_plan(WFmt fmt, int mode, int chunk, int kp, int ktiles_per_split
     return st;
   };
   // QMOE_CUDA_DECODE90_BALANCE (default 1): the slab and reduction buffers by dec90_balance (config.h:
-  // the slowest warp's atoms per item over the blocks an SM holds); 0: 2-atom (or one-chunk) slabs
-  // and a second reduction buffer wherever two blocks still fit (measurements). Measured on the H200
+  // the slowest warp's atoms per item over the blocks an SM holds), then the ring depth; 0: 2-atom
+  // (or one-chunk) slabs, the deepest ring up to kStages90 (QMOE_CUDA_DECODE90_STAGES) that lets two
+  // blocks share an SM, and a second reduction buffer wherever two blocks still fit (measurements). Measured on the H200
   // (docs/perf.md, twenty-seventh session, against 0): qwen3-30b-a3b GEMM2 (K = 768) on 3-atom slabs
   // and GEMM1 on three blocks with one buffer, fp8 M = 16 / 64 1.03 / 1.04x, int8 1.04-1.05x; but
   // qwen3-30b-a3b fp8 M = 1 (1-2 items per block) 0.96x with the longer slab (a longer first stage
@@ -1156,19 +1160,29 @@ Dec90Plan dec90_plan(WFmt fmt, int mode, int chunk, int kp, int ktiles_per_split
   if (balance != 0) {
     const int natoms = krange / KA;
     const int reg = dec90_reg_blocks(fmt, mode, rows);
-    const auto total_of = [&](int slab, int rb) {
-      return dec90_smem(stages_for(slab), stage_bytes(slab), max_rows, krange, nch, nzch, rb, rows).total;
-    };
-    const bool keep_two = fmt == WFmt::k16 && dec90_two_fit(total_of(base, 2));
-    const Dec90Shape sh = dec90_balance(natoms, base, many_items ? (per_chunk ? base : 1) : 0, [&](int slab, int rb) {
-      const int total = total_of(slab, rb);
-      if (keep_two && rb == 1) return 0;
+    // blocks per SM with `st` stages (0: two blocks do not fit)
+    const auto blocks_at = [&](int st, int slab, int rb) {
+      const int total = dec90_smem(st, stage_bytes(slab), max_rows, krange, nch, nzch, rb, rows).total;
       return total <= 227 * 1024 && dec90_two_fit(total) ? std::min(reg, dec90_smem_blocks(total)) : 0;
+    };
+    const bool keep_two = fmt == WFmt::k16 && blocks_at(2, base, 2) > 0;
+    const Dec90Shape sh = dec90_balance(natoms, base, many_items ? (per_chunk ? base : 1) : 0, [&](int slab, int rb) {
+      return keep_two && rb == 1 ? 0 : blocks_at(2, slab, rb);
     });
     if (sh.blocks > 0) {
+      // then the deepest ring (up to 3 stages, QMOE_CUDA_DECODE90_STAGES for measurements) that keeps
+      // those blocks. Measured on the H200 (twenty-seventh session, r3: 3 / 4 stages against 2 under
+      // this plan, M = 16 / 64): int8 (W8A16) 1.02-1.07x, bf16 1.00-1.03x, fp8 1.00x where the
+      // blocks stay, 0.93-0.98x where a third stage cost qwen3-30b-a3b's third block; 4 as 3.
+      static const int smax = std::min(kMaxStages90, std::max(2, env_int("QMOE_CUDA_DECODE90_STAGES", 3)));
       d.slab_atoms = sh.slab;
       d.red_bufs = sh.red_bufs;
-      d.stages = stages_for(sh.slab);
+      d.stages = 2;
+      for (int st = smax; st > 2; --st)
+        if (blocks_at(st, sh.slab, sh.red_bufs) >= sh.blocks) {
+          d.stages = st;
+          break;
+        }
       d.L = dec90_smem(d.stages, stage_bytes(sh.slab), max_rows, krange, nch, nzch, d.red_bufs, rows);
       return d;
     }

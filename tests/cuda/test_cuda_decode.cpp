@@ -292,7 +292,7 @@ TEST(CudaDecode, BulkKernelSplitsKToFit) {
 // ---- the bulk (sm_90) decode kernel's balanced slabs (config.h dec90_balance): where blocks walk
 //      several items, GEMM2 K = 744 (24 fp8 / int8 atoms of 32 columns per column) runs 3-atom slabs,
 //      one stage per item with every warp busy, and fp8 GEMM1 K = 1800 (8 staged rows of 3.7 KB) gives
-//      up the second reduction buffer for a third block per SM, 16-bit GEMM1 runs a third ring stage;
+//      up the second reduction buffer for a third block per SM (16-bit weights keep it);
 //      a launch with few items per block keeps 2-atom slabs. Passes: the grid's own items per block (few on this small layer), then
 //      4 per block (QMOE_CUDA_DECODE90_TILES: the longer slabs) ----
 TEST(CudaDecode, BulkSlabsBalanceTheWarps) {
@@ -309,10 +309,13 @@ TEST(CudaDecode, BulkSlabsBalanceTheWarps) {
     EXPECT_EQ(g1.stages, 2);  // a third stage would cost the third block
     EXPECT_LE(3 * (g1.smem + 1024), 228 * 1024);
     // 16-bit weights keep the second buffer (two blocks), and take a third stage that keeps them
-    const cuda::Decode90Plan b1 = cuda::decode90_plan(cuda::WFmt::k16, 0, 1 << 30, 1856, 29, 1, 8, false);
+    // (K = 2048: 128 atoms of 16 columns, 2-atom slabs already even)
+    const cuda::Decode90Plan b1 = cuda::decode90_plan(cuda::WFmt::k16, 0, 1 << 30, 2048, 32, 1, 8, false);
+    EXPECT_EQ(b1.slab_atoms, 2);
     EXPECT_EQ(b1.red_bufs, 2);
     EXPECT_EQ(b1.stages, 3);
     EXPECT_LE(2 * (b1.smem + 1024), 228 * 1024);
+    EXPECT_EQ(cuda::decode90_plan(cuda::WFmt::k16, 0, 1 << 30, 1856, 29, 1, 8, false).red_bufs, 2);
     // int4 g128: chunks of 2 atoms; 12 atoms take 2-atom slabs as before
     EXPECT_EQ(cuda::decode90_plan(cuda::WFmt::kU4, 1, 128, 768, 12, 2, 8, false).slab_atoms, 2);
   }

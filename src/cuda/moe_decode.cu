@@ -527,9 +527,10 @@ __global__ void __launch_bounds__(kThreads) moe_decode_kernel(const GemmParams p
 // two blocks still fit an SM measure the same as 2 (docs/perf.md, fourth session of 2026-11-30).
 // QMOE_CUDA_DECODE90_STAGES (2..8): the deepest ring up to that many stages that still lets two
 // blocks share an SM, for measurements (2-8 stages measured the same again in the sixth session).
-// Since the twenty-seventh session dec90_plan also balances the warps' slabs and picks the ring
-// depth (up to 3) that keeps the blocks per SM: with the plan's blocks fixed, a third stage measured
-// 1.02-1.07x on int8 (W8A16) rows and up to 1.03x on bf16 ones.
+// Since the twenty-seventh session dec90_plan also balances the warps' slabs and, where blocks walk
+// several items and no per-chunk scales are staged, picks the ring depth (up to 3) that keeps the
+// blocks per SM: with the plan's blocks fixed, a third stage measured 1.02-1.08x on int8 (W8A16)
+// rows and up to 1.05x on MXFP4 / bf16 ones (dec90_plan).
 // Since the sixth session it also runs 16-bit weights (each atom's words are the A fragment,
 // reordered; three blocks per SM) and int4 M-blocks of 16 rows (template R: two n8 token operands
 // per dequantized fragment), and forward() splits K further where the staged rows would otherwise
@@ -1170,15 +1171,19 @@ Dec90Plan dec90_plan(WFmt fmt, int mode, int chunk, int kp, int ktiles_per_split
       return keep_two && rb == 1 ? 0 : blocks_at(2, slab, rb);
     });
     if (sh.blocks > 0) {
-      // then the deepest ring (up to 3 stages, QMOE_CUDA_DECODE90_STAGES for measurements) that keeps
-      // those blocks. Measured on the H200 (twenty-seventh session, r3: 3 / 4 stages against 2 under
-      // this plan, M = 16 / 64): int8 (W8A16) 1.02-1.07x, bf16 1.00-1.03x, fp8 1.00x where the
-      // blocks stay, 0.93-0.98x where a third stage cost qwen3-30b-a3b's third block; 4 as 3.
+      // then, where blocks walk several items and the weights have no per-chunk scales, the deepest
+      // ring (up to 3 stages, QMOE_CUDA_DECODE90_STAGES for measurements) that keeps those blocks.
+      // Measured on the H200 (twenty-seventh session; r3: 3 / 4 stages against 2 under this plan at
+      // M = 16 / 64, r4: a third stage wherever it kept the blocks, against QMOE_CUDA_DECODE90_BALANCE=0):
+      // int8 (W8A16, channel scales) 1.02-1.08x, MXFP4 up to 1.05x (gpt-oss-120b), bf16 up to 1.03x,
+      // fp8 1.00x where the blocks stay (0.93-0.98x where a third stage cost qwen3-30b-a3b its third
+      // block); but qwen3-30b-a3b fp8 M = 1 0.96x (1-2 items per block: a larger first burst of
+      // copies to wait for) and int4 g128 M = 16 / 64 0.98x (per-chunk scales); 4 stages as 3.
       static const int smax = std::min(kMaxStages90, std::max(2, env_int("QMOE_CUDA_DECODE90_STAGES", 3)));
       d.slab_atoms = sh.slab;
       d.red_bufs = sh.red_bufs;
       d.stages = 2;
-      for (int st = smax; st > 2; --st)
+      for (int st = many_items && !per_chunk ? smax : 2; st > 2; --st)
         if (blocks_at(st, sh.slab, sh.red_bufs) >= sh.blocks) {
           d.stages = st;
           break;

@@ -173,7 +173,8 @@ Dec90Shape dec90_balance(int natoms, int min_slab, int unit, BlocksOf blocks_of)
     const int path = dec90_path(natoms, s);
     for (int rb = 2; rb >= 1; --rb) {
       const int b = blocks_of(s, rb);
-      if (b > 0 && (best.blocks == 0 || static_cast<int64_t>(b) * best_path > static_cast<int64_t>(best.blocks) * path)) {
+      const bool more = static_cast<int64_t>(b) * best_path > static_cast<int64_t>(best.blocks) * path;
+      if (b > 0 && (best.blocks == 0 || more)) {
         best = Dec90Shape{s, rb, b};
         best_path = path;
       }

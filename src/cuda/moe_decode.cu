@@ -1151,12 +1151,13 @@ Dec90Plan dec90_plan(WFmt fmt, int mode, int chunk, int kp, int ktiles_per_split
   // QMOE_CUDA_DECODE90_BALANCE (default 1): the slab and reduction buffers by dec90_balance (config.h:
   // the slowest warp's atoms per item over the blocks an SM holds), then the ring depth; 0: 2-atom
   // (or one-chunk) slabs, the deepest ring up to kStages90 (QMOE_CUDA_DECODE90_STAGES) that lets two
-  // blocks share an SM, and a second reduction buffer wherever two blocks still fit (measurements). Measured on the H200
-  // (docs/perf.md, twenty-seventh session, against 0): qwen3-30b-a3b GEMM2 (K = 768) on 3-atom slabs
-  // and GEMM1 on three blocks with one buffer, fp8 M = 16 / 64 1.03 / 1.04x, int8 1.04-1.05x; but
-  // qwen3-30b-a3b fp8 M = 1 (1-2 items per block) 0.96x with the longer slab (a longer first stage
-  // to wait for), and deepseek-v3 bf16 M = 16 0.91x on three blocks with one buffer. Hence longer
-  // slabs only where blocks walk several items, and 16-bit weights keep the second buffer.
+  // blocks share an SM, and a second reduction buffer wherever two blocks still fit (measurements).
+  // Measured on the H200 (docs/perf.md, twenty-seventh session, against 0): qwen3-30b-a3b GEMM2
+  // (K = 768) on 3-atom slabs and GEMM1 on three blocks with one buffer, fp8 M = 16 / 64 1.03 /
+  // 1.04x, int8 1.04-1.05x; but qwen3-30b-a3b fp8 M = 1 (1-2 items per block) 0.96x with the longer
+  // slab (a longer first stage to wait for), and deepseek-v3 bf16 M = 16 0.91x on three blocks with
+  // one buffer. Hence longer slabs only where blocks walk several items, and 16-bit weights keep
+  // the second buffer.
   static const int balance = env_int("QMOE_CUDA_DECODE90_BALANCE", 1);
   if (balance != 0) {
     const int natoms = krange / KA;
@@ -1206,7 +1207,7 @@ void launch_one90(int slab_kt, int max_rows, const GemmParams& p, cudaStream_t s
   QMOE_CHECK(p.np % kDecodeTileN == 0 && p.ktiles_per_split % slab_kt == 0 && max_rows >= 1 &&
                  max_rows <= R, kInternal, "moe_decode90: np ", p.np, " / ktiles_per_split ",
              p.ktiles_per_split, " / rows ", max_rows, " do not fit the tiling");
-  // items per block: at most (M-blocks, each holding a slot, x 32-column tiles) over the blocks of one K split
+  // items per block: at most (M-blocks, each holding a slot) x (32-column tiles) over one K split's blocks
   const int64_t items_max = static_cast<int64_t>(std::min(p.max_blocks, p.numel)) * (p.np / kDecodeTileN);
   // (QMOE_CUDA_DECODE90_TILES, below, sets the items per block: tests run both slab choices with it)
   const int forced_items = env_int("QMOE_CUDA_DECODE90_TILES", 0);

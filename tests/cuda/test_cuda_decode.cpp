@@ -293,8 +293,8 @@ TEST(CudaDecode, BulkKernelSplitsKToFit) {
 //      several items, GEMM2 K = 744 (24 fp8 / int8 atoms of 32 columns per column) runs 3-atom slabs,
 //      one stage per item with every warp busy, and fp8 GEMM1 K = 1800 (8 staged rows of 3.7 KB) gives
 //      up the second reduction buffer for a third block per SM (16-bit weights keep it);
-//      a launch with few items per block keeps 2-atom slabs. Passes: the grid's own items per block (few on this small layer), then
-//      4 per block (QMOE_CUDA_DECODE90_TILES: the longer slabs) ----
+//      a launch with few items per block keeps 2-atom slabs. Passes: the grid's own items per block
+//      (few on this small layer), then 4 per block (QMOE_CUDA_DECODE90_TILES: the longer slabs) ----
 TEST(CudaDecode, BulkSlabsBalanceTheWarps) {
   SKIP_WITHOUT_GPU();
   const char* bal = std::getenv("QMOE_CUDA_DECODE90_BALANCE");

@@ -1207,12 +1207,14 @@ void launch_one90(int slab_kt, int max_rows, const GemmParams& p, cudaStream_t s
   QMOE_CHECK(p.np % kDecodeTileN == 0 && p.ktiles_per_split % slab_kt == 0 && max_rows >= 1 &&
                  max_rows <= R, kInternal, "moe_decode90: np ", p.np, " / ktiles_per_split ",
              p.ktiles_per_split, " / rows ", max_rows, " do not fit the tiling");
-  // items per block: at most (M-blocks, each holding a slot) x (32-column tiles) over one K split's blocks
-  const int64_t items_max = static_cast<int64_t>(std::min(p.max_blocks, p.numel)) * (p.np / kDecodeTileN);
+  // (M-block, 32-column tile) items of the grid, and whether a block walks >= 4 of them: at most
+  // min(M-blocks, slots) M-blocks are used, over about reg-blocks x SMs / splits blocks per K split
   // (QMOE_CUDA_DECODE90_TILES, below, sets the items per block: tests run both slab choices with it)
+  const int64_t tiles = p.np / kDecodeTileN, items = static_cast<int64_t>(p.max_blocks) * tiles;
   const int forced_items = env_int("QMOE_CUDA_DECODE90_TILES", 0);
   const bool many = forced_items > 0 ? forced_items >= 4
-                                     : items_max >= int64_t{4} * dec90_reg_blocks(F, MODE, R) * device_sm_count();
+                                     : static_cast<int64_t>(std::min(p.max_blocks, p.numel)) * tiles * p.splits >=
+                                           int64_t{4} * dec90_reg_blocks(F, MODE, R) * device_sm_count();
   const Dec90Plan d =
       dec90_plan(F, MODE, p.chunk, p.kp, p.ktiles_per_split, slab_kt, max_rows, p.zero != nullptr, R, many);
   const Dec90Smem& L = d.L;
@@ -1237,7 +1239,6 @@ void launch_one90(int slab_kt, int max_rows, const GemmParams& p, cudaStream_t s
     o = (static_cast<int64_t>(L.total) << 8) | std::min(std::max(per_sm, 1), 255);
     occ.store(o, std::memory_order_relaxed);
   }
-  const int64_t items = static_cast<int64_t>(p.max_blocks) * (p.np / kDecodeTileN);
   int64_t blocks = std::max<int64_t>(1, (o & 255) * device_sm_count() / p.splits);
   // tests force about `v` items per block on small layers (read per launch so a test can set it)
   if (forced_items > 0) {

@@ -173,6 +173,10 @@ bool half_tail_on() {
   return v;
 }
 
+// The last weight box of N loaded and multiplied only as far as it holds rows (Sm90Gemm::trim_box);
+// QMOE_CUDA_TRIM_BOX=0: whole 256-row boxes (measurements, tests; read per call).
+bool trim_box_on() { return env_on("QMOE_CUDA_TRIM_BOX"); }
+
 // How the Hopper path feeds a set of experts (sm90_moe.cuh): byte operands (e4m3 / int8 codes:
 // fp8 W8A8 on QGMMA, INT8 W8A8 on IGMMA), weights as the register operand (the wq kernel: int4 /
 // int8 atoms, fp4 units), and quantized activations as exact 16-bit values (W4A8, NVFP4 W4A4).
@@ -590,6 +594,7 @@ void run_experts_sm90(const DevExperts& ex, const ExpertsPlan& pl, const void* x
     q.numel = static_cast<int>(pl.numel);
     q.max_blocks = static_cast<int>(std::min<int64_t>(pl.cap / pl.bm, pl.numel));
     q.half_tail = half_tail_on() ? 1 : 0;
+    q.trim_box = trim_box_on() ? 1 : 0;
     // the streaming kernel's weight boxes evict-first where the token rows would not stay in L2
     // (config.h stream_evict_first)
     if (pl.stream)

@@ -37,6 +37,13 @@ struct Sm90Gemm {
   // 1: a 128-row M-block with at most 64 live rows (an expert's last) runs on one consumer
   // warpgroup (the 16-bit / fp8 / INT8 kernel); 0 (QMOE_CUDA_HALF_TAIL=0, for measurements): on two
   int half_tail = 1;
+  // 1: a weight box that ends past N's rows (the last of N when np is not a multiple of 256, e.g.
+  // gpt-oss-120b's N = 2880 / 5760) is loaded only as far as it holds rows: the streaming kernel
+  // whole 64-row slices, the n256 tile kernels the first half when the rows end there (multiplied
+  // as n128 on 128-row M-blocks, one QGMMA half for fp8). Rows past the loaded ones are past N:
+  // whatever the stale shared memory gives them is never stored, so the result is bit-identical;
+  // 0 (QMOE_CUDA_TRIM_BOX=0, measurements): whole boxes.
+  int trim_box = 1;
   // the tile kernel and the one-CTA wq kernels: non-null, one CTA per SM takes tiles from this
   // counter (zero at launch) and loads the next tile's stages during an epilogue; null
   // (QMOE_CUDA_PERSIST=0, measurements): one CTA per tile

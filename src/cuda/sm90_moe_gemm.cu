@@ -258,11 +258,17 @@ __global__ void __launch_bounds__(384, 1)
   else __syncthreads();
   const int nk = (p.k + BK - 1) / BK;
   const int w_nt = sm90_plain_nt(p.np), w_kt = sm90_plain_kt(p.kp, FP8 ? 8 : 16);
+  // n256 tiles whose weight rows end in the first half (Sm90Gemm::trim_box; the last N tile of
+  // gpt-oss-120b's N = 2880 / 5760): the box's first 128 rows are loaded and multiplied (n128 wgmma,
+  // one QGMMA half, nothing on a 64-row M-block's second warpgroup); the other half is zero padding
+  // past N, whose columns are never stored
+  auto half_box = [&](int nb) { return C::kWide && p.trim_box && p.np - nb * BN <= 128; };
+  auto b_rows = [&](int nb) { return half_box(nb) ? 128 : BN; };
   auto load_b = [&](int s, int kt, int nb, int e) {  // the plain copy is stored swizzled: one 1-D bulk copy per box
     bulk_load(sB + s * C::B_ST + (kt % C::KH) * BN * 128,
               static_cast<const uint8_t*>(p.w) +
                   (static_cast<int64_t>((e * w_nt + nb * BN / 256) * w_kt + kt) * 256 + nb * BN % 256) * 128,
-              BN * 128, &full[s]);
+              b_rows(nb) * 128, &full[s]);
   };
 
   // the next tile (MC: pair) after the first: rank 0 stores pair m into slot m & 1 of rank 1's
@@ -330,7 +336,7 @@ __global__ void __launch_bounds__(384, 1)
             mbar_wait(&empty[s], ((it / STAGES) & 1) ^ 1);
             if (tid == 0) {
               if (kb == 0) s_tile[s] = L;  // published by the barrier's completion (release; the wait acquires)
-              mbar_expect_tx(&full[s], C::B_ST);
+              mbar_expect_tx(&full[s], b_rows(nb) * 128);  // KH = 1 (16-bit)
               load_b(s, kb, nb, e);
             }
             const int c = tid & 7, col = kb * 64 + c * 8;
@@ -369,7 +375,7 @@ __global__ void __launch_bounds__(384, 1)
           mbar_wait(&empty[s], ((it / STAGES) & 1) ^ 1);
           if (kb == 0) s_tile[s] = L;  // published by the barrier's arrival (release; the wait acquires)
           const bool has_b = !MC || nb < ntn_w;
-          mbar_expect_tx(&full[s], has_b ? C::A_ST + C::B_ST : C::A_ST);
+          mbar_expect_tx(&full[s], has_b ? C::A_ST + C::KH * b_rows(nb) * 128 : C::A_ST);
 #pragma unroll
           for (int h = 0; h < C::KH; ++h) {
             const int kt = kb * C::KH + h;  // 128-byte k tile
@@ -428,6 +434,9 @@ __global__ void __launch_bounds__(384, 1)
     float acc[NACC];
 #pragma unroll
     for (int i = 0; i < NACC; ++i) acc[i] = 0.f;
+    // the tile's weight rows end in the first 128 (half_box): 128-row M-blocks multiply the n128
+    // half of their n256 (fp8: one QGMMA half; on 64-row M-blocks fp8's second warpgroup skips its half)
+    [[maybe_unused]] const bool hb = half_box(nb);
 
     // fp8 scales: rows r0, r0 + 8 of this thread; columns nb * BN + 8 j + 2 (lane & 3) + {0, 1}
     const int row_base = mb * BM + rw + warp * 16 + (lane >> 2);
@@ -541,10 +550,14 @@ __global__ void __launch_bounds__(384, 1)
 #pragma unroll
       for (int i = 0; i < NACC; ++i) iacc[i] = 0;
       if constexpr (C::kWide) {
-        wide_kloop([&](uint64_t da, uint64_t db) {
-          if constexpr (WN == 256) wgmma_n256_s8(iacc, da, db, 1);
-          else wgmma_n128_s8(iacc, da, db, 1);  // 64-row M-blocks: each warpgroup half of the columns
-        });
+        if constexpr (WN == 256) {
+          // (the n128 / n256 choice outside the k loop: chosen per wgmma, ptxas serialized them, C7520)
+          if (hb) wide_kloop([&](uint64_t da, uint64_t db) { wgmma_n128_s8(*reinterpret_cast<int(*)[64]>(iacc), da, db, 1); });
+          else wide_kloop([&](uint64_t da, uint64_t db) { wgmma_n256_s8(iacc, da, db, 1); });
+        } else {
+          // 64-row M-blocks: each warpgroup half of the columns
+          wide_kloop([&](uint64_t da, uint64_t db) { wgmma_n128_s8(iacc, da, db, 1); });
+        }
       } else {
         byte_kloop([&](const uint8_t* a_st, const uint8_t* b_st) {
 #pragma unroll
@@ -572,15 +585,19 @@ __global__ void __launch_bounds__(384, 1)
         const uint8_t* a_st = sA + s * C::A_ST + rw * 128;
 #pragma unroll
         for (int h = 0; h < NH; ++h) {
+          const bool run = !hb || cn + h * 128 < 128;  // half_box: the halves past the rows skipped
           const uint8_t* b_st = sB + s * C::B_ST + (cn + h * 128) * 128;
-          wgmma_fence();
+          if (run) {
+            wgmma_fence();
 #pragma unroll
-          for (int kk = 0; kk < 4; ++kk) wgmma_n128_e4m3(tmp, smem_desc(a_st + kk * 32), smem_desc(b_st + kk * 32), kk);
-          wgmma_commit();
-          wgmma_wait0();
+            for (int kk = 0; kk < 4; ++kk) wgmma_n128_e4m3(tmp, smem_desc(a_st + kk * 32), smem_desc(b_st + kk * 32), kk);
+            wgmma_commit();
+            wgmma_wait0();
+          }
           if (h == NH - 1) release(s);
+          if (run)
 #pragma unroll
-          for (int i = 0; i < NACC / NH; ++i) acc[h * (NACC / NH) + i] += tmp[i];
+            for (int i = 0; i < NACC / NH; ++i) acc[h * (NACC / NH) + i] += tmp[i];
         }
       }
       QMOE_TRACE(2);
@@ -663,15 +680,20 @@ __global__ void __launch_bounds__(384, 1)
       }, prefetch);
       if (!chunked) each_scale([&](int i, float cs, float r) { acc[i] *= r * cs; });  // one scale pair for all of K
     } else {
-      wide_kloop([&](uint64_t da, uint64_t db) {
-        if constexpr (WN == 256) {
-          if constexpr (std::is_same_v<Op, BF16>) wgmma_n256_bf16(acc, da, db, 1);
-          else wgmma_n256_f16(acc, da, db, 1);
-        } else {
-          if constexpr (std::is_same_v<Op, BF16>) wgmma_n128_bf16(acc, da, db, 1);
-          else wgmma_n128_f16(acc, da, db, 1);
-        }
-      });
+      constexpr bool bf = std::is_same_v<Op, BF16>;
+      if constexpr (WN == 256) {
+        // half_box: the n256 layout's first 128 columns are the n128 layout's (the choice outside
+        // the k loop: chosen per wgmma, ptxas serialized every wgmma of the kernel, C7520)
+        float(&lo)[64] = *reinterpret_cast<float(*)[64]>(acc);
+        if (hb)
+          wide_kloop([&](uint64_t da, uint64_t db) { bf ? wgmma_n128_bf16(lo, da, db, 1) : wgmma_n128_f16(lo, da, db, 1); });
+        else
+          wide_kloop([&](uint64_t da, uint64_t db) { bf ? wgmma_n256_bf16(acc, da, db, 1) : wgmma_n256_f16(acc, da, db, 1); });
+      } else {
+        // 64-row M-blocks (half_box: warpgroup 1 multiplies stale columns past N, never stored;
+        // skipping them serialized the kernel's wgmmas, as in the streaming kernel)
+        wide_kloop([&](uint64_t da, uint64_t db) { bf ? wgmma_n128_bf16(acc, da, db, 1) : wgmma_n128_f16(acc, da, db, 1); });
+      }
     }
 
     // ---- epilogue: thread holds rows row_base + {0, 8}, columns 8 j + 2 (lane & 3) + {0, 1}
@@ -836,6 +858,9 @@ __global__ void __launch_bounds__(384, 1)
   const int nk = FP8 ? (p.k + 127) / 128 : (p.k + 63) / 64;  // 128-byte k tiles holding K
   const int w_kt = sm90_plain_kt(p.kp, FP8 ? 8 : 16);
   const int wg = threadIdx.x >> 7, tid = threadIdx.x & 127;
+  // rows of weight box nb that are loaded and multiplied: whole 64-row slices up to the stored rows
+  // (Sm90Gemm::trim_box; the rows past np within the last slice are the box's zero padding)
+  auto box_rows = [&](int nb) { return p.trim_box ? min(256, (p.np - nb * 256 + 63) & ~63) : 256; };
 
   if (wg == 0) {
     setmaxnreg_dec<40>();
@@ -848,14 +873,15 @@ __global__ void __launch_bounds__(384, 1)
         const int mb = it / ntn, nb = it - mb * ntn;
         const int e = p.expert_ids[mb];
         if (e < 0) continue;  // expert of another rank: its slots stay zero (pre-cleared)
+        const int w_bytes = box_rows(nb) * 128;
         for (int kt = 0; kt < nk; ++kt) {
           mbar_wait(&empty[slot], ph ^ 1u);
-          mbar_expect_tx(&full[slot], C::W_ST + C::X_ST);
+          mbar_expect_tx(&full[slot], w_bytes + C::X_ST);
           const uint8_t* wsrc = static_cast<const uint8_t*>(p.w) + static_cast<int64_t>((e * ntn + nb) * w_kt + kt) * C::W_ST;
           // a weight box is read once: evict first, so the token tiles (read for every box of
           // their M-block) stay in L2 (ncu: without, the tiles came from DRAM, +6% bytes at NT = 16)
-          if (p.w_evict_first) bulk_load_hint(sW + slot * C::W_ST, wsrc, C::W_ST, &full[slot], pol);
-          else bulk_load(sW + slot * C::W_ST, wsrc, C::W_ST, &full[slot]);
+          if (p.w_evict_first) bulk_load_hint(sW + slot * C::W_ST, wsrc, w_bytes, &full[slot], pol);
+          else bulk_load(sW + slot * C::W_ST, wsrc, w_bytes, &full[slot]);
           tma_load_2d(sX + slot * C::X_ST, &tma_x, &full[slot], kt * (FP8 ? 128 : 64), mb * NT);
           if (++slot == STAGES) {
             slot = 0;
@@ -882,6 +908,10 @@ __global__ void __launch_bounds__(384, 1)
     const int e = p.expert_ids[mb];
     if (e < 0) continue;
     const int row0 = nb * 256 + cw * 128;  // the warpgroup's first weight row (slice s: + 64 s)
+    // Slices past the box's loaded rows (box_rows) multiply stale shared memory: each weight row is
+    // its own output row, so only rows past N (never stored) take those products. Skipping their
+    // wgmmas instead made ptxas serialize every wgmma of the kernel (C7520: a compiler-inserted
+    // warpgroup arrive on a divergent path), so they run.
     float acc[2][NA];
 #pragma unroll
     for (int sl = 0; sl < 2; ++sl)

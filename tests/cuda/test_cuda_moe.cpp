@@ -783,6 +783,70 @@ TEST(CudaSm90, Fp8WideTilesMatchNarrow) {
   EXPECT_GT(runs128, 0) << "no case ran 128-row M-blocks";
 }
 
+// A weight box that ends past N's rows (Sm90Gemm::trim_box: the streaming kernel loads whole 64-row
+// slices up to np, the n256 tile kernels only the first half of a last box whose rows end there)
+// against whole boxes (QMOE_CUDA_TRIM_BOX=0): bit-identical (rows past the loaded ones are past N,
+// never stored, whatever stale shared memory gives them) and the reference. Last boxes of every kind: N = 520 (8
+// live rows: one stream slice, the first half of an n256 tile), N = 2 I = 640 (128 rows: two slices,
+// exactly half a tile), N = 416 (160 rows: three slices, more than half a tile), N = 464 (208 rows:
+// four slices, untrimmed); bf16, fp16 with swigluoai and biases, fp8 per channel x per token (the
+// n256 QGMMA halves), INT8 W8A8 with biases (n256 IGMMA); the streaming kernel on 16- and 64-row
+// M-blocks, the tile kernel on 64- and 128-row ones (tail M-blocks at M = 250 top-1), top-1 / top-2,
+// an expert with no tokens, expert parallelism.
+TEST(CudaSm90, TrimmedLastBoxMatchesWhole) {
+  SKIP_WITHOUT_GPU();
+  SKIP_WITHOUT_SM90();
+  std::vector<Case> cases;
+  auto add = [&](std::string n, auto f) { add_case(cases, std::move(n), f); };
+  add("bf16", [](auto&) {});
+  add("fp16_bias", [](auto& sp) { sp.act_dtype = DType::kF16; sp.weight_dtype = DType::kF16; sp.bias = true; });
+  add("fp8_channel_token", [](auto& sp) {
+    sp.kind = SchemeKind::kFP8W8A8; sp.fp8_strategy = Strategy::kChannel; sp.act = ActQuant::kFP8Token; });
+  add("int8_w8a8_bias", [](auto& sp) { sp.kind = SchemeKind::kINT8W8A8; sp.group_size = 0; sp.bias = true; });
+  const std::array<std::pair<int, int>, 2> dims = {{{520, 320}, {416, 232}}};  // (H, I)
+  const int E = 5;
+  int runs_stream = 0, runs_tile = 0;
+  for (size_t ci = 0; ci < cases.size(); ++ci)
+    for (size_t di = 0; di < dims.size(); ++di) {
+      const Case& c = cases[ci];
+      const auto [H, I] = dims[di];
+      ExpertWeights w = make_weights(c.spec, E, H, I, 2100 + static_cast<int>(4 * ci + di));
+      const Activation act = c.spec.bias && c.spec.kind == SchemeKind::kUnquantized ? Activation::kSwigluOai
+                                                                                   : Activation::kSiluMul;
+      cuda::DevExperts ex = cuda::prepare(w, act);
+      std::optional<ExpertWeights> rounded;
+      for (const char* kernel : {"stream16", "stream64", "tile"}) {
+        test::ScopedEnv env("QMOE_CUDA_WGMMA_MIN_ROWS", "1");
+        const bool stream = kernel[0] == 's';
+        env.set("QMOE_CUDA_STREAM", stream ? "1" : "0");
+        if (stream) env.set("QMOE_CUDA_STREAM_NT", kernel + 6);
+        // (top-k, routing mode, expert parallelism, M): 12 / 50 rows per expert, tails, no tokens, EP
+        const std::array<std::tuple<int, int, bool, int64_t>, 4> runs = {
+            {{1, 0, false, 60}, {1, 0, false, 250}, {2, 2, false, 333}, {2, 0, true, 250}}};
+        for (const auto& [k, mode, ep, m] : runs) {
+          std::vector<int32_t> emap;
+          if (ep) emap = {0, 1, 2, -1, 3, 4, -1};
+          const int eg = ep ? 7 : E;
+          MoeConfig cfg = config(eg, k, act);
+          cfg.expert_map = emap;
+          const int seed = 2150 + static_cast<int>(m) + mode + k + ep;
+          Tensor x = test::random_tensor(w.act_dtype, {m, H}, seed);
+          Routing r = random_routing(m, k, eg, seed + 1, mode);
+          const std::string kern = cuda::forward_kernels(ex, m, k);
+          ASSERT_NE(kern.find(stream ? str("sm90-", kernel) : std::string("gemm1=sm90-wgmma")), std::string::npos)
+              << c.name << " M=" << m << " ran " << kern;
+          (stream ? runs_stream : runs_tile) += 1;
+          const std::string what = str(c.name, " H ", H, " I ", I, " top-", k, " mode ", mode, ep ? " EP" : "",
+                                       " M=", m, " (", kern, ")");
+          expect_switch_identical("QMOE_CUDA_TRIM_BOX", "the trimmed last boxes differ from whole ones", ex, w,
+                                  cfg, x, r, emap, kern, what, rounded);
+        }
+      }
+    }
+  EXPECT_GT(runs_stream, 0);
+  EXPECT_GT(runs_tile, 0);
+}
+
 // The quantized-weight wgmma kernel's 32- and 64-row token tiles (wgmma m64n32 / m64n64, A = the
 // dequantized weights from registers; select_sm90 takes them at up to 24 / 48 rows per expert),
 // forced (QMOE_CUDA_WQ_TN, QMOE_CUDA_WGMMA_MIN_ROWS) on every format the kernel runs: rows per

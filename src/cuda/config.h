@@ -273,6 +273,9 @@ inline bool select_pairs(bool fp8, int env = -1) {
 inline bool stream_evict_first(size_t token_row_bytes, int hint = -1) {
   return hint >= 0 ? hint == 1 : token_row_bytes > (size_t{8} << 20);
 }
+// Whether the streaming kernel loads its token tiles with an L2 evict-last policy. Off until measured
+// (twenty-eighth session). hint: -1 the rule, 0 never, 1 always (QMOE_CUDA_STREAM_XHINT).
+inline bool stream_x_evict_last(int hint = -1) { return hint >= 0 ? hint == 1 : false; }
 // min_rows / rows64_max > 0 / >= 0: the QMOE_CUDA_WGMMA_MIN_ROWS / QMOE_CUDA_WG64_MAX_ROWS overrides.
 // Measured on the H200 (docs/perf.md):
 //  * 16-bit / fp8 weights from 16 rows per expert (17 and up: where the 16-row mma.sync tile stops;

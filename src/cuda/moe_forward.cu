@@ -119,6 +119,9 @@ int stream_hint_env() {
   static const int v = env_int("QMOE_CUDA_STREAM_HINT", -1);
   return v;
 }
+// QMOE_CUDA_STREAM_XHINT=0 / 1: the streaming kernel's evict-last token-tile loads never / always
+// (measurements, tests; read per call).
+int stream_xhint_env() { return env_int("QMOE_CUDA_STREAM_XHINT", -1); }
 
 // fp8 / int8 activations quantized once per token and then gathered as codes where the same token feeds
 // top_k > 1 slots (ExpertsPlan::quant_once); QMOE_CUDA_QUANT_ONCE=0 quantizes every slot's row
@@ -597,8 +600,10 @@ void run_experts_sm90(const DevExperts& ex, const ExpertsPlan& pl, const void* x
     q.trim_box = trim_box_on() ? 1 : 0;
     // the streaming kernel's weight boxes evict-first where the token rows would not stay in L2
     // (config.h stream_evict_first)
-    if (pl.stream)
+    if (pl.stream) {
       q.w_evict_first = stream_evict_first(static_cast<size_t>(pl.cap) * pr.kp * (op.bytes ? 1 : 2), stream_hint_env());
+      q.x_evict_last = stream_x_evict_last(stream_xhint_env()) ? 1 : 0;
+    }
     q.w = wq ? pr.w.ptr : pr.wp.ptr;
     q.num_experts = ex.num_experts;
     q.np = pr.np;

@@ -102,6 +102,15 @@ __device__ __forceinline__ void tma_load_2d(void* dst, const CUtensorMap* map, u
       "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_u32(bar)), "r"(c0), "r"(c1)
       : "memory");
 }
+// tma_load_2d with an L2 cache policy (l2_evict_last_policy).
+__device__ __forceinline__ void tma_load_2d_hint(void* dst, const CUtensorMap* map, uint64_t* bar, int c0, int c1,
+                                                 uint64_t pol) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint [%0], [%1, {%3, %4}], "
+      "[%2], %5;\n" ::"r"(smem_u32(dst)),
+      "l"(reinterpret_cast<uint64_t>(map)), "r"(smem_u32(bar)), "r"(c0), "r"(c1), "l"(pol)
+      : "memory");
+}
 // tma_load_2d into the same shared-memory offset of every CTA in `mask` of the cluster, completing
 // on the barrier at the same offset in each.
 __device__ __forceinline__ void tma_load_2d_mc(void* dst, const CUtensorMap* map, uint64_t* bar, int c0, int c1,
@@ -868,7 +877,7 @@ __global__ void __launch_bounds__(384, 1)
       asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&tma_x)) : "memory");
       int slot = 0;
       uint32_t ph = 0;
-      const uint64_t pol = l2_evict_first_policy();
+      const uint64_t pol = l2_evict_first_policy(), xpol = l2_evict_last_policy();
       for (int it = item0; it < item1; ++it) {
         const int mb = it / ntn, nb = it - mb * ntn;
         const int e = p.expert_ids[mb];
@@ -882,7 +891,9 @@ __global__ void __launch_bounds__(384, 1)
           // their M-block) stay in L2 (ncu: without, the tiles came from DRAM, +6% bytes at NT = 16)
           if (p.w_evict_first) bulk_load_hint(sW + slot * C::W_ST, wsrc, w_bytes, &full[slot], pol);
           else bulk_load(sW + slot * C::W_ST, wsrc, w_bytes, &full[slot]);
-          tma_load_2d(sX + slot * C::X_ST, &tma_x, &full[slot], kt * (FP8 ? 128 : 64), mb * NT);
+          // (x_evict_last: the token tile, read again for each of its M-block's boxes, kept in L2)
+          if (p.x_evict_last) tma_load_2d_hint(sX + slot * C::X_ST, &tma_x, &full[slot], kt * (FP8 ? 128 : 64), mb * NT, xpol);
+          else tma_load_2d(sX + slot * C::X_ST, &tma_x, &full[slot], kt * (FP8 ? 128 : 64), mb * NT);
           if (++slot == STAGES) {
             slot = 0;
             ph ^= 1u;

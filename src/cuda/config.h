@@ -273,9 +273,14 @@ inline bool select_pairs(bool fp8, int env = -1) {
 inline bool stream_evict_first(size_t token_row_bytes, int hint = -1) {
   return hint >= 0 ? hint == 1 : token_row_bytes > (size_t{8} << 20);
 }
-// Whether the streaming kernel loads its token tiles with an L2 evict-last policy. Off until measured
-// (twenty-eighth session). hint: -1 the rule, 0 never, 1 always (QMOE_CUDA_STREAM_XHINT).
-inline bool stream_x_evict_last(int hint = -1) { return hint >= 0 ? hint == 1 : false; }
+// Whether the streaming kernel loads its token tiles (re-read for every weight box of their M-block)
+// with an L2 evict-last policy: always. Measured on the H200 (twenty-eighth session, r2, two runs,
+// 24 streaming rows of llama4-scout / mixtral-8x7b / deepseek-v3 / gpt-oss-120b, fp8 and bf16, M = 16 /
+// 64 / 256): geomean 1.003, gpt-oss-120b fp8 M = 64 1.04x (ncu: GEMM1 2.03 -> 1.93 GB read from DRAM,
+// 477 -> 465 us; GEMM2 1.01 -> 0.97 GB, 255 -> 244 us: without it the token tiles came from DRAM
+// again for each box), every other row 0.99-1.01x. hint: -1 the rule, 0 never, 1 always
+// (QMOE_CUDA_STREAM_XHINT).
+inline bool stream_x_evict_last(int hint = -1) { return hint >= 0 ? hint == 1 : true; }
 // min_rows / rows64_max > 0 / >= 0: the QMOE_CUDA_WGMMA_MIN_ROWS / QMOE_CUDA_WG64_MAX_ROWS overrides.
 // Measured on the H200 (docs/perf.md):
 //  * 16-bit / fp8 weights from 16 rows per expert (17 and up: where the 16-row mma.sync tile stops;

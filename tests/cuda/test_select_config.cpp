@@ -341,6 +341,10 @@ TEST(SelectSm90, StreamEvictFirstThreshold) {
   EXPECT_TRUE(stream_evict_first(size_t{5888} * 7168));       // deepseek-v3 M = 256 fp8 GEMM1
   EXPECT_TRUE(stream_evict_first(size_t{2944} * 2880));       // gpt-oss-120b M = 256 fp8
   EXPECT_FALSE(stream_evict_first(size_t{256} * 5120 * 2));   // llama4-scout M = 16 bf16
+  // the token tiles evict-last always (twenty-eighth session), the overrides
+  EXPECT_TRUE(stream_x_evict_last());
+  EXPECT_FALSE(stream_x_evict_last(0));
+  EXPECT_TRUE(stream_x_evict_last(1));
   EXPECT_FALSE(stream_evict_first(size_t{152} * 4096 * 2));   // mixtral-8x7b M = 16 bf16
   EXPECT_FALSE(stream_evict_first(size_t{8} << 20));          // the threshold itself: off
   EXPECT_TRUE(stream_evict_first(0, 1));

@@ -217,6 +217,7 @@ __device__ __forceinline__ void decode_epilogue(const GemmParams& p, int e, int 
 
   // ---- epilogue (moe_gemm.cu's): GEMM1 activation on interleaved gate / up, or GEMM2 router weight
   using OutT = typename Op::OutT;
+  float habs[2] = {0.f, 0.f};  // GemmParams::h_amax: |h| of this lane's two tokens as stored
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
     const int sid = rows[2 * t + h];
@@ -234,7 +235,9 @@ __device__ __forceinline__ void decode_epilogue(const GemmParams& p, int e, int 
           gv += p.bias[static_cast<size_t>(e) * p.n + i];
           uv += p.bias[static_cast<size_t>(e) * p.n + p.half + i];
         }
-        static_cast<OutT*>(p.out)[static_cast<size_t>(sid) * p.ldo + i] = Op::out_f(act_fn(p.act, gv, uv));
+        const OutT hv = Op::out_f(act_fn(p.act, gv, uv));
+        static_cast<OutT*>(p.out)[static_cast<size_t>(sid) * p.ldo + i] = hv;
+        habs[h] = fmaxf(0.f, fabsf(static_cast<float>(hv)));  // NaN: 0, as act_prep's fmaxf skips it
       }
     } else {
       const float w = p.topk_w != nullptr ? p.topk_w[sid] : 1.f;
@@ -248,6 +251,18 @@ __device__ __forceinline__ void decode_epilogue(const GemmParams& p, int e, int 
         if (p.splits > 1) atomicAdd(dst, val * w);
         else *dst = val * w;
       }
+    }
+  }
+  // GEMM1 with GemmParams::h_amax (GEMM2 quantizes h as it stages it): each token's maximum over
+  // this warp's 8 intermediate columns (lanes of one t), then one atomic maximum per token on the
+  // float's bits (non-negative: ordered as integers); the whole warp runs the epilogue
+  if (p.stage == 1 && p.h_amax != nullptr) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+#pragma unroll
+      for (int o = 4; o < 32; o <<= 1) habs[h] = fmaxf(habs[h], __shfl_xor_sync(0xffffffffu, habs[h], o));
+      const int sid = rows[2 * t + h];
+      if (g == 0 && sid < p.numel) atomicMax(reinterpret_cast<int*>(p.h_amax) + sid, __float_as_int(habs[h]));
     }
   }
 }
@@ -580,7 +595,7 @@ constexpr int kThreads90 = 32 * (kDecodeWarps + 2);  // consumers, the weight pr
 
 // Shared-memory layout of one block (host and device agree through this function).
 struct Dec90Smem {
-  int a = 0, cs = 0, z = 0, rs = 0, red = 0, bar = 0, total = 0;
+  int a = 0, cs = 0, z = 0, rs = 0, red = 0, qs = 0, bar = 0, total = 0;
 };
 __host__ __device__ inline Dec90Smem dec90_smem(int stages, int stage_bytes, int max_rows, int krange, int nch,
                                                 int nzch, int red_bufs, int rows) {
@@ -590,7 +605,8 @@ __host__ __device__ inline Dec90Smem dec90_smem(int stages, int stage_bytes, int
   L.z = L.cs + 2 * nch * 32 * 4;                      // two tiles' column scales
   L.rs = L.z + 2 * nzch * 32 * 4;                     // two tiles' zero points
   L.red = L.rs + nch * rows * 4;                      // row scales of the block's tokens
-  L.bar = L.red + red_bufs * kDecodeWarps * kNT * (rows / 8) * 4 * 32 * 4;  // cross-warp reduction (1 or 2 items)
+  L.qs = L.red + red_bufs * kDecodeWarps * kNT * (rows / 8) * 4 * 32 * 4;   // cross-warp reduction (1 or 2 items)
+  L.bar = L.qs + rows * 4;                            // GemmParams::q_rows: the rows' scales
   L.total = L.bar + (2 * stages + 5) * 8;             // ring full / empty, scales full / empty x 2, red free
   return L;
 }
@@ -845,6 +861,50 @@ __global__ void __launch_bounds__(kThreads90, dec90_min_blocks<F, MODE, R>())
       }
     }
   };
+  // GemmParams::q_rows (fp8 weights, mode 3, 8-row M-blocks): GEMM2's h rows in the model dtype,
+  // quantized to e4m3 here with act_prep's arithmetic (moe_kernels.cu act_prep_vec_kernel: s =
+  // max(amax, 1e-10) / 448 from the row's absolute maximum, or the static scale; each value
+  // RN-saturated to e4m3 after an IEEE division by s; fp16 operands), so no act_prep launch sits
+  // between the GEMMs. The row's maximum comes from GEMM1's epilogue (GemmParams::h_amax: an atomic
+  // maximum per row over the stored 16-bit values, which act_prep(x) zeroed), so staging a row reads
+  // only the block's K range of it (the fifteenth session's form found each row's maximum here, from
+  // all of K at every M-block a block staged: 0.95-0.97x at M = 16 / 64). The block stores each
+  // row's scale as its row_scale, which the epilogue reads (every block that stages the row stores
+  // the same value); then every consumer thread quantizes 16-byte chunks of the K range.
+  constexpr bool kQRows = F == WFmt::kFP8 && MODE == 3 && R == 8;
+  float* sQS = reinterpret_cast<float*>(smem + L.qs);
+  auto stage_rows_q = [&](int mb, int e, int nvalid) {
+    using HT = typename Op::OutT;  // h as GEMM1 wrote it
+    const int32_t* rows = p.sorted_ids + mb * R;
+    const HT* hb = static_cast<const HT*>(p.a);
+    if (tid < R) {
+      float s = 0.f;
+      if (tid < nvalid) {
+        const int row = rows[tid] / p.a_row_div;
+        s = p.q_rows == 3 ? p.in_scale[e] : fmaxf(p.h_amax[row], 1e-10f) / 448.f;
+        // row_scale is the forward's own h_scale buffer here (moe_forward.cu), writable
+        const_cast<float*>(p.row_scale)[static_cast<size_t>(row) * p.rs_groups] = s;
+      }
+      sQS[tid] = s;
+    }
+    asm volatile("bar.sync 1, %0;\n" ::"r"(kCT) : "memory");
+    const int cpr = krange / 8;
+    for (int idx = tid; idx < nvalid * cpr; idx += kCT) {
+      const int r = idx / cpr, c = idx - r * cpr;
+      const int kcol = kbase + c * 8;
+      uint4 o = make_uint4(0u, 0u, 0u, 0u);
+      if (kcol < p.k) {
+        const uint4 u = *reinterpret_cast<const uint4*>(hb + static_cast<size_t>(rows[r] / p.a_row_div) * p.lda + kcol);
+        const HT* hv = reinterpret_cast<const HT*>(&u);
+        const float s = sQS[r];
+        __half q[8];
+#pragma unroll
+        for (int j = 0; j < 8; ++j) q[j] = __float2half_rn(round_e4m3_sat(static_cast<float>(hv[j]) / s));
+        o = *reinterpret_cast<const uint4*>(q);
+      }
+      *reinterpret_cast<uint4*>(sA + r * xstride + c * 16) = o;
+    }
+  };
   const int g = lane >> 2, t = lane & 3;
   const int kj = warp;  // this warp's K group; it covers both n16 columns of an item
   const int fs = per_chunk ? p.chunk / 16 : 1 << 30;  // k16 steps per scale chunk
@@ -871,7 +931,12 @@ __global__ void __launch_bounds__(kThreads90, dec90_min_blocks<F, MODE, R>())
       rows = p.sorted_ids + mb * R;
       const int my_sid = rows[lane & (R - 1)];
       nvalid = __popc(__ballot_sync(0xffffffffu, lane < R && my_sid < p.numel));
-      stage_rows(mb, e, nvalid);
+      if constexpr (kQRows) {
+        if (p.q_rows != 0) stage_rows_q(mb, e, nvalid);
+        else stage_rows(mb, e, nvalid);
+      } else {
+        stage_rows(mb, e, nvalid);
+      }
 #pragma unroll
       for (int hh = 0; hh < NH; ++hh) {
 #pragma unroll

@@ -108,6 +108,10 @@ int wq_tn_env() { return env_int("QMOE_CUDA_WQ_TN", 0); }
 // Direct routing for one token on the bulk decode kernel (no align); QMOE_CUDA_DIRECT=0 keeps align
 // (measurements; read per plan).
 bool direct_on() { return env_on("QMOE_CUDA_DIRECT"); }
+// fp8 (mode 3) GEMM2 on the bulk decode kernel quantizes h while staging it (GemmParams::q_rows):
+// no act_prep launch between the GEMMs. QMOE_CUDA_H_QUANT_IN_GEMM2=0: act_prep (measurements, tests;
+// read per forward).
+bool h_quant_in_gemm2_on() { return env_on("QMOE_CUDA_H_QUANT_IN_GEMM2"); }
 
 // The Hopper path's streaming kernel (select_sm90_stream): QMOE_CUDA_STREAM=0 / 1 never / always
 // where eligible, QMOE_CUDA_STREAM_NT=16 / 64 its M-block (read per plan: tests switch them).
@@ -266,6 +270,7 @@ struct ExpertsPlan {
   void* h = nullptr;
   void* hq = nullptr;
   float* h_scale = nullptr;
+  float* h_amax = nullptr;  // [numel]: GEMM1's per-row maxima of h for a q_rows GEMM2 (GemmParams::h_amax)
   int h_groups = 1;
   float* partial = nullptr;
   float* o = nullptr;
@@ -469,6 +474,7 @@ struct ExpertsPlan {
       hq = cv.take<char>(static_cast<size_t>(numel) * ex.intermediate * esz);
       h_groups = ex.act_quant == ActQuant::kFP8Group128 ? (ex.intermediate + 127) / 128 : 1;
       h_scale = cv.take<float>(static_cast<size_t>(numel) * h_groups);
+      h_amax = cv.take<float>(static_cast<size_t>(numel));
     }
     if (c1.splits > 1) partial = cv.take<float>(static_cast<size_t>(numel) * ex.w13.np);
     o = cv.take<float>(static_cast<size_t>(numel) * ex.hidden);
@@ -493,6 +499,15 @@ struct Plan {
     bytes = cv.off + 256;
   }
 };
+
+// Whether GEMM2 quantizes h itself as it stages it (GemmParams::q_rows): fp8 weights with one scale
+// pair for K on the bulk decode kernel (8-row M-blocks), per-token or static activations, rows of
+// whole 16-byte chunks.
+bool h_quant_in_gemm2(const DevExperts& ex, const ExpertsPlan& pl) {
+  const int qa = quant_code(ex.act_quant);
+  return pl.dec && pl.dec90_2 && pl.c1.splits == 1 && ex.fmt == WFmt::kFP8 && mode_of(ex.w2, ex.act_quant) == 3 &&
+         (qa == 1 || qa == 3) && pl.dec_r == kDecodeRows && ex.intermediate % 8 == 0 && h_quant_in_gemm2_on();
+}
 
 void fill_gemm_common(GemmParams& g, const DevProj& pr, const ExpertsPlan& pl, int n_local_experts) {
   g.sorted_ids = pl.sorted;
@@ -717,6 +732,9 @@ void run_experts(const DevExperts& ex, const ExpertsPlan& pl, const void* x, con
     g.direct_ids = topk_ids;
     g.direct_emap = emap;
   };
+  // GEMM2 quantizes h as it stages it (GemmParams::q_rows): no act_prep of h
+  const bool q_in_g2 = h_quant_in_gemm2(ex, pl);
+  QMOE_CHECK(!q_in_g2 || pl.prep_a, kInternal, "h quantized in GEMM2 without an act_prep of x to clear its maxima");
   // ---- GEMM1 operand rows
   const void* a = x;
   int a_row_div = pl.top_k;
@@ -738,6 +756,11 @@ void run_experts(const DevExperts& ex, const ExpertsPlan& pl, const void* x, con
     ap.scales = pl.a_scale;
     ap.groups = pl.a_groups;
     ap.q_f16 = a_f16;
+    // GEMM1's per-row maxima of h (a q_rows GEMM2 with dynamic scales) start from zero
+    if (q_in_g2 && qa == 1) {
+      ap.zero = pl.h_amax;
+      ap.zero_n = pl.numel;
+    }
     launch_act_prep(f16, ap, s);
     sync_check(s, "act_prep of x");
     a = pl.a;
@@ -767,6 +790,7 @@ void run_experts(const DevExperts& ex, const ExpertsPlan& pl, const void* x, con
   }
   // align's outputs are complete once the kernel before GEMM1 has waited: true when act_prep ran
   g1.ids_ready = pl.prep_a ? 1 : 0;
+  if (q_in_g2 && qa == 1) g1.h_amax = pl.h_amax;
   if (pl.dec) {
     g1.ktiles_per_split = pl.d1.ktiles_per_split;
     launch_moe_decode(f16, ex.fmt, mode_of(ex.w13, ex.act_quant), pl.d1.slab_ktiles, pl.dec_rows(), pl.dec90_1, pl.dec_r,
@@ -783,7 +807,7 @@ void run_experts(const DevExperts& ex, const ExpertsPlan& pl, const void* x, con
   // ---- GEMM2 operand rows
   const void* a2 = pl.h;
   const float* a2_scale = nullptr;
-  if (qa != 0) {
+  if (qa != 0 && !q_in_g2) {
     ActPrep hp;
     hp.x = pl.h;
     hp.ldx = I;
@@ -821,6 +845,12 @@ void run_experts(const DevExperts& ex, const ExpertsPlan& pl, const void* x, con
   g2.ldo = H;
   g2.topk_w = on_input ? nullptr : topk_w;
   g2.ids_ready = 1;  // GEMM1 (at least) lies between align and GEMM2
+  if (q_in_g2) {  // A = h in the model dtype (a2 = pl.h); the static scale per expert; GEMM2 writes
+    g2.q_rows = qa;  // the row scales into h_scale (one per slot) for its epilogue
+    g2.in_scale = ex.w2.in_scale_dev.as<float>();
+    g2.row_scale = pl.h_scale;
+    g2.h_amax = pl.h_amax;  // GEMM1's per-row maxima (dynamic scales)
+  }
   if (pl.dec) {
     g2.ktiles_per_split = pl.d2.ktiles_per_split;
     launch_moe_decode(f16, ex.fmt, mode_of(ex.w2, ex.act_quant), pl.d2.slab_ktiles, pl.dec_rows(), pl.dec90_2, pl.dec_r,
@@ -873,7 +903,8 @@ std::string forward_kernels(const DevExperts& ex, int64_t m, int top_k) {
   if (p.routed.dec)
     return str(ex.method, " gemm1=", p.routed.dec90_1 ? "decode90" : "decode", p.routed.dec_r == 16 ? "r16" : "",
                "/split", p.routed.c1.splits, " gemm2=", p.routed.dec90_2 ? "decode90" : "decode",
-               p.routed.dec_r == 16 ? "r16" : "", "/split", p.routed.c2.splits, p.routed.direct ? " direct" : "");
+               p.routed.dec_r == 16 ? "r16" : "", "/split", p.routed.c2.splits, p.routed.direct ? " direct" : "",
+               h_quant_in_gemm2(ex, p.routed) ? " h-quant-in-gemm2" : "");
   auto tn = [](Tile t) { return t == Tile::kSmall ? "small" : t == Tile::kMedium ? "medium" : "large"; };
   return str(ex.method, " gemm1=", tn(p.routed.c1.tile), "/split", p.routed.c1.splits, " gemm2=", tn(p.routed.c2.tile),
              "/split", p.routed.c2.splits);

@@ -40,6 +40,14 @@ struct GemmParams {
   const float* row_scale = nullptr; // fp8 dynamic: [A rows][rs_groups]
   int rs_groups = 1, rs_kchunk = 0; // rs_kchunk: k-columns per row-scale group (0 = whole row)
   const float* in_scale = nullptr;  // fp8 static: one scale per expert (A quantized with it)
+  // fp8 weights with one scale pair for K (mode 3) on the sm_90 bulk decode kernel: A is GEMM2's h
+  // in the model dtype, quantized to e4m3 while the kernel stages it, as act_prep would (1: dynamic
+  // per token, 3: static per tensor with in_scale; moe_forward.cu); the kernel writes the rows'
+  // scales to row_scale (one per row), where its epilogue reads them
+  int q_rows = 0;
+  // GEMM1 before a q_rows GEMM2 (dynamic per token): the epilogue keeps each h row's absolute
+  // maximum here (atomic, on zeroed memory: act_prep of x clears it); GEMM2 reads it. [rows]
+  float* h_amax = nullptr;
   int chunk = 1 << 30;              // accumulation chunk along K (multiple of 16)
   int ids_ready = 0;               // expert ids / num_post complete before pdl_wait (decode90 streams early)
   int splits = 1, ktiles_per_split = 0;

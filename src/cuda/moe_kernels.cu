@@ -357,6 +357,12 @@ __device__ __forceinline__ bool row_static_scale(const ActPrep& p, int64_t r, fl
   s = p.in_scale[e];
   return true;
 }
+// ActPrep::zero: every thread of the grid clears its share (after pdl_wait: the kernels before are done)
+__device__ __forceinline__ void act_prep_zero(const ActPrep& p) {
+  if (p.zero == nullptr) return;
+  const int64_t n = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < p.zero_n; i += n) p.zero[i] = 0.f;
+}
 template <class Op>
 __global__ void act_prep_kernel(const ActPrep p) {
   using T = typename Op::T;
@@ -364,6 +370,7 @@ __global__ void act_prep_kernel(const ActPrep p) {
   __shared__ float red[32];
   pdl_wait();
   pdl_trigger();
+  act_prep_zero(p);
   const int64_t r = blockIdx.x;
   const int tid = threadIdx.x;
   const int64_t tok = p.slot_mode ? r / p.top_k : r;
@@ -420,6 +427,7 @@ __global__ void act_prep_vec_kernel(const ActPrep p) {
   __shared__ float red[32];
   pdl_wait();
   pdl_trigger();
+  act_prep_zero(p);
   const int64_t r = blockIdx.x;
   const int64_t tok = p.slot_mode ? r / p.top_k : r;
   const int nch = p.cols / 8;
@@ -485,6 +493,7 @@ __global__ void __launch_bounds__(128) act_prep_warp_kernel(const ActPrep p) {
   __shared__ float red[4];
   pdl_wait();
   pdl_trigger();
+  act_prep_zero(p);
   const int64_t r = static_cast<int64_t>(blockIdx.x) * (4 / WPR) + (threadIdx.x >> 5) / WPR;
   if (r >= p.rows) return;  // uniform over a block when WPR = 4
   const int64_t tok = p.slot_mode ? r / p.top_k : r;

@@ -51,6 +51,9 @@ struct ActPrep {
   // quant 1..3: write the quantized values as fp16 whatever the model dtype (exact: e4m3 values
   // lie in fp16's normal range), for the fp8 kernels' fp16 operands (device_common.cuh OperandOf)
   int q_f16 = 0;
+  // non-null: the kernel also sets zero[0 .. zero_n) to 0 (after it waited for the previous kernel)
+  float* zero = nullptr;
+  int64_t zero_n = 0;
 };
 void launch_act_prep(bool f16, const ActPrep& p, cudaStream_t s);
 

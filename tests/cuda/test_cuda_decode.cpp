@@ -20,6 +20,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <utility>
 #include <vector>
@@ -394,6 +395,101 @@ TEST(CudaDecode, ExpertParallelLlama4AndBias) {
       check(ex, w, nullptr, nullptr, config(E, 4, Activation::kGeluMul), x, r, false, str("gelu bias kind ", kind, " M=", m));
     }
   }
+}
+
+// ---- fp8 (one scale pair for K) GEMM2 on the bulk decode kernel quantizes h while staging it
+//      (GemmParams::q_rows, with each row's maximum from GEMM1's epilogue, GemmParams::h_amax;
+//      moe_forward.cu h_quant_in_gemm2) instead of an act_prep launch: the same arithmetic, so the
+//      output must match the act_prep path bit for bit (QMOE_CUDA_H_QUANT_IN_GEMM2 = 0), and the
+//      reference within tolerance. Per-token and static per-tensor activations, bf16 and fp16
+//      models; one token (direct routing) at top-1 / top-8, 8-row M-blocks of 3 / 5 tokens, GEMM2
+//      split over K in two, 12 tokens on 6 experts (M-blocks of several rows, each row's maximum over
+//      I = 2056 from 257 GEMM1 warps), I = 8200, expert parallelism (static scales of another rank's
+//      experts never read); twice in a row on the same workspace (the maxima cleared per forward) ----
+TEST(CudaDecode, HQuantInGemm2MatchesActPrep) {
+  SKIP_WITHOUT_GPU();
+  if (!cuda::decode90_available() || decode_off()) GTEST_SKIP() << "the sm_90 bulk decode kernel is not available here";
+  struct Shape {
+    int E, k, H, I;
+    int64_t m;
+  };
+  const Shape shapes[] = {{12, 1, 776, 200, 1}, {40, 8, 776, 200, 1}, {12, 4, 776, 200, 3}, {12, 2, 776, 200, 5},
+                          {2, 1, 4360, 1032, 1}, {6, 2, 520, 2056, 12}, {2, 1, 264, 8200, 1}};
+  int ran = 0;
+  for (int kind = 0; kind < 4; ++kind) {
+    ref::SchemeSpec s;
+    s.kind = SchemeKind::kFP8W8A8;
+    s.fp8_strategy = kind < 2 ? Strategy::kChannel : Strategy::kTensor;
+    s.act = kind < 2 ? ActQuant::kFP8Token : ActQuant::kFP8Tensor;
+    s.act_dtype = kind % 2 == 0 ? DType::kBF16 : DType::kF16;
+    const std::string name = str(kind < 2 ? "fp8_channel_token" : "fp8_tensor_static", kind % 2 == 0 ? "_bf16" : "_fp16");
+    for (const Shape& sh : shapes) {
+      ExpertWeights w = make_weights(s, sh.E, sh.H, sh.I, 140 + kind * 7 + sh.E + sh.I);
+      cuda::DevExperts ex = cuda::prepare(w, Activation::kSiluMul);
+      const int64_t m = sh.m;
+      Tensor x = test::random_tensor(w.act_dtype, {m, sh.H}, 141 + m + kind);
+      Routing r = random_routing(m, sh.k, sh.E, 142 + m + kind);
+      const std::string what = str(name, " E=", sh.E, " top-", sh.k, " H=", sh.H, " I=", sh.I, " M=", m);
+      test::ScopedEnv env;
+      env.set("QMOE_CUDA_H_QUANT_IN_GEMM2", "0");
+      const std::string kern0 = cuda::forward_kernels(ex, m, sh.k);
+      EXPECT_EQ(kern0.find("h-quant-in-gemm2"), std::string::npos) << what << ": " << kern0;
+      Tensor y0 = run_device(ex, nullptr, x, r, false);
+      env.set("QMOE_CUDA_H_QUANT_IN_GEMM2", "1");
+      const std::string kern = cuda::forward_kernels(ex, m, sh.k);
+      if (kern.find("gemm2=decode90") == std::string::npos) {
+        ADD_FAILURE() << what << ": expected GEMM2 on the bulk decode kernel: " << kern;
+        continue;
+      }
+      // GEMM1 split over K (partial sums, act_finish) keeps act_prep: its epilogue does not write h
+      if (split_of(kern, "gemm1=decode") == "1") {
+        EXPECT_NE(kern.find("h-quant-in-gemm2"), std::string::npos) << what << ": " << kern;
+        ++ran;
+      } else {
+        EXPECT_EQ(kern.find("h-quant-in-gemm2"), std::string::npos) << what << ": " << kern;
+      }
+      if (sh.H == 4360) EXPECT_EQ(split_of(kern, "gemm2=decode"), "2") << what << ": " << kern;
+      Tensor y1 = run_device(ex, nullptr, x, r, false);
+      // more than two GEMM2 K splits add fp32 partials atomically in a run-dependent order: there
+      // the reference decides, not bit identity
+      const bool exact = split_of(kern, "gemm2=decode") == "1" || split_of(kern, "gemm2=decode") == "2";
+      size_t diff = 0, first = y0.nbytes();
+      // a second forward: its maxima start from zero again (a stale larger one would change s)
+      Tensor x2 = test::random_tensor(w.act_dtype, {m, sh.H}, 143 + m + kind);
+      Tensor y2 = run_device(ex, nullptr, x2, r, false);
+      env.set("QMOE_CUDA_H_QUANT_IN_GEMM2", "0");
+      Tensor y2_ref = run_device(ex, nullptr, x2, r, false);
+      env.set("QMOE_CUDA_H_QUANT_IN_GEMM2", "1");
+      if (exact) EXPECT_EQ(std::memcmp(y2.raw(), y2_ref.raw(), y2.nbytes()), 0) << what << ": the second forward differs";
+      const auto* p0 = static_cast<const uint8_t*>(y0.raw());
+      const auto* p1 = static_cast<const uint8_t*>(y1.raw());
+      for (size_t i = 0; i < y0.nbytes(); ++i)
+        if (p0[i] != p1[i]) {
+          ++diff;
+          if (first == y0.nbytes()) first = i;
+        }
+      if (exact) EXPECT_EQ(diff, 0u) << what << ": " << diff << " bytes differ from the act_prep path's output, first at byte "
+                          << first << " (" << kern << ")";
+      check(ex, w, nullptr, nullptr, config(sh.E, sh.k), x, r, false, what);
+    }
+    // expert parallelism: 10 global experts, this rank holds 7
+    ExpertWeights w = make_weights(s, 7, 264, 136, 150 + kind);
+    cuda::DevExperts ex = cuda::prepare(w, Activation::kSiluMul);
+    const std::vector<int32_t> emap = {0, 1, -1, 2, 3, 4, -1, 5, 6, -1};
+    for (int64_t m : {1, 3}) {
+      Tensor x = test::random_tensor(w.act_dtype, {m, 264}, 151 + m);
+      Routing r = random_routing(m, 2, 10, 152 + m);
+      MoeConfig cfg = config(10, 2);
+      cfg.expert_map = emap;
+      test::ScopedEnv env("QMOE_CUDA_H_QUANT_IN_GEMM2", "0");
+      Tensor y0 = run_device(ex, nullptr, x, r, false, emap);
+      env.set("QMOE_CUDA_H_QUANT_IN_GEMM2", "1");
+      Tensor y1 = run_device(ex, nullptr, x, r, false, emap);
+      EXPECT_EQ(std::memcmp(y0.raw(), y1.raw(), y0.nbytes()), 0) << name << " EP M=" << m;
+      check(ex, w, nullptr, nullptr, cfg, x, r, false, str(name, " EP M=", m), emap);
+    }
+  }
+  EXPECT_GT(ran, 0);
 }
 
 }  // namespace

@@ -273,6 +273,18 @@ inline bool select_pairs(bool fp8, int env = -1) {
 inline bool stream_evict_first(size_t token_row_bytes, int hint = -1) {
   return hint >= 0 ? hint == 1 : token_row_bytes > (size_t{8} << 20);
 }
+// Whether fp8 GEMM2 on the bulk decode kernel quantizes h as it stages it (GemmParams::q_rows, with
+// GEMM1's per-row maxima) instead of an act_prep launch between the GEMMs: where the layer has at
+// most two slots per local expert on average (numel <= 2 E). Each block that stages an M-block
+// quantizes its rows' K range again (IEEE divisions, as act_prep), so the cost grows with the rows
+// per M-block while the launch saved is fixed. Measured on the H200 (twenty-eighth session r3, two
+// runs, fp8 every shape M = 1 / 16 / 64): qwen3-30b-a3b M = 1 1.05x (31.4 -> 29.8 us), M = 16 (1.6
+// slots per expert) 1.01x, M = 64 (4) 0.97x; the other shapes' M = 1 rows 0.99-1.01x. env: -1 the
+// rule, 0 never, 1 always (QMOE_CUDA_H_QUANT_IN_GEMM2).
+inline bool select_h_quant_in_gemm2(int64_t numel, int num_experts, int env = -1) {
+  if (env >= 0) return env == 1;
+  return numel <= 2 * static_cast<int64_t>(num_experts);
+}
 // Whether the streaming kernel loads its token tiles (re-read for every weight box of their M-block)
 // with an L2 evict-last policy: always. Measured on the H200 (twenty-eighth session, r2, two runs,
 // 24 streaming rows of llama4-scout / mixtral-8x7b / deepseek-v3 / gpt-oss-120b, fp8 and bf16, M = 16 /

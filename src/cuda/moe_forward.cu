@@ -109,9 +109,9 @@ int wq_tn_env() { return env_int("QMOE_CUDA_WQ_TN", 0); }
 // (measurements; read per plan).
 bool direct_on() { return env_on("QMOE_CUDA_DIRECT"); }
 // fp8 (mode 3) GEMM2 on the bulk decode kernel quantizes h while staging it (GemmParams::q_rows):
-// no act_prep launch between the GEMMs. QMOE_CUDA_H_QUANT_IN_GEMM2=0: act_prep (measurements, tests;
-// read per forward).
-bool h_quant_in_gemm2_on() { return env_on("QMOE_CUDA_H_QUANT_IN_GEMM2"); }
+// no act_prep launch between the GEMMs, where config.h select_h_quant_in_gemm2 takes it;
+// QMOE_CUDA_H_QUANT_IN_GEMM2=0 / 1: never / wherever it can run (measurements, tests; read per forward).
+int h_quant_in_gemm2_env() { return env_int("QMOE_CUDA_H_QUANT_IN_GEMM2", -1); }
 
 // The Hopper path's streaming kernel (select_sm90_stream): QMOE_CUDA_STREAM=0 / 1 never / always
 // where eligible, QMOE_CUDA_STREAM_NT=16 / 64 its M-block (read per plan: tests switch them).
@@ -506,7 +506,8 @@ struct Plan {
 bool h_quant_in_gemm2(const DevExperts& ex, const ExpertsPlan& pl) {
   const int qa = quant_code(ex.act_quant);
   return pl.dec && pl.dec90_2 && pl.c1.splits == 1 && ex.fmt == WFmt::kFP8 && mode_of(ex.w2, ex.act_quant) == 3 &&
-         (qa == 1 || qa == 3) && pl.dec_r == kDecodeRows && ex.intermediate % 8 == 0 && h_quant_in_gemm2_on();
+         (qa == 1 || qa == 3) && pl.dec_r == kDecodeRows && ex.intermediate % 8 == 0 &&
+         select_h_quant_in_gemm2(pl.numel, ex.num_experts, h_quant_in_gemm2_env());
 }
 
 void fill_gemm_common(GemmParams& g, const DevProj& pr, const ExpertsPlan& pl, int n_local_experts) {

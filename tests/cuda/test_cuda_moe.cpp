@@ -495,19 +495,27 @@ void expect_switch_identical(const char* name, const char* differ, const cuda::D
 // counts that are multiples of 8 but not of 16: the last 4-column chunks of a row), 64- and 128-row
 // M-blocks, 16-bit (bf16 and fp16, swigluoai with biases), fp8 per channel and 128 x 128 blocks with
 // biases, INT8 with biases, an expert with no tokens, top-1 and top-2.
-TEST(CudaSm90, WideEpilogueStoresMatchNarrow) {
-  SKIP_WITHOUT_GPU();
-  SKIP_WITHOUT_SM90();
+// The schemes of the tile kernels' switch tests: bf16, fp16 with biases (swigluoai), fp8 per channel x
+// per token, (fp8_block: 8 x 128 blocks x 1 x 128 groups with biases), INT8 W8A8 with biases.
+std::vector<Case> tile_switch_cases(bool fp8_block) {
   std::vector<Case> cases;
   auto add = [&](std::string n, auto f) { add_case(cases, std::move(n), f); };
   add("bf16", [](auto&) {});
   add("fp16_bias", [](auto& sp) { sp.act_dtype = DType::kF16; sp.weight_dtype = DType::kF16; sp.bias = true; });
   add("fp8_channel_token", [](auto& sp) {
     sp.kind = SchemeKind::kFP8W8A8; sp.fp8_strategy = Strategy::kChannel; sp.act = ActQuant::kFP8Token; });
-  add("fp8_block_group128_bias", [](auto& sp) {
-    sp.kind = SchemeKind::kFP8W8A8; sp.fp8_strategy = Strategy::kBlock; sp.act = ActQuant::kFP8Group128;
-    sp.block = {8, 128}; sp.bias = true; });
+  if (fp8_block)
+    add("fp8_block_group128_bias", [](auto& sp) {
+      sp.kind = SchemeKind::kFP8W8A8; sp.fp8_strategy = Strategy::kBlock; sp.act = ActQuant::kFP8Group128;
+      sp.block = {8, 128}; sp.bias = true; });
   add("int8_w8a8_bias", [](auto& sp) { sp.kind = SchemeKind::kINT8W8A8; sp.group_size = 0; sp.bias = true; });
+  return cases;
+}
+
+TEST(CudaSm90, WideEpilogueStoresMatchNarrow) {
+  SKIP_WITHOUT_GPU();
+  SKIP_WITHOUT_SM90();
+  const std::vector<Case> cases = tile_switch_cases(true);
   const int E = 5, H = 392, I = 232;
   // the tile kernel at every M here (few rows per expert would take mma.sync or the streaming kernel)
   test::ScopedEnv env("QMOE_CUDA_WGMMA_MIN_ROWS", "1");
@@ -797,13 +805,7 @@ TEST(CudaSm90, Fp8WideTilesMatchNarrow) {
 TEST(CudaSm90, TrimmedLastBoxMatchesWhole) {
   SKIP_WITHOUT_GPU();
   SKIP_WITHOUT_SM90();
-  std::vector<Case> cases;
-  auto add = [&](std::string n, auto f) { add_case(cases, std::move(n), f); };
-  add("bf16", [](auto&) {});
-  add("fp16_bias", [](auto& sp) { sp.act_dtype = DType::kF16; sp.weight_dtype = DType::kF16; sp.bias = true; });
-  add("fp8_channel_token", [](auto& sp) {
-    sp.kind = SchemeKind::kFP8W8A8; sp.fp8_strategy = Strategy::kChannel; sp.act = ActQuant::kFP8Token; });
-  add("int8_w8a8_bias", [](auto& sp) { sp.kind = SchemeKind::kINT8W8A8; sp.group_size = 0; sp.bias = true; });
+  const std::vector<Case> cases = tile_switch_cases(false);
   const std::array<std::pair<int, int>, 2> dims = {{{520, 320}, {416, 232}}};  // (H, I)
   const int E = 5;
   int runs_stream = 0, runs_tile = 0;

@@ -507,7 +507,7 @@ bool h_quant_in_gemm2(const DevExperts& ex, const ExpertsPlan& pl) {
   const int qa = quant_code(ex.act_quant);
   return pl.dec && pl.dec90_2 && pl.c1.splits == 1 && ex.fmt == WFmt::kFP8 && mode_of(ex.w2, ex.act_quant) == 3 &&
          (qa == 1 || qa == 3) && pl.dec_r == kDecodeRows && ex.intermediate % 8 == 0 &&
-         select_h_quant_in_gemm2(pl.numel, ex.num_experts, h_quant_in_gemm2_env());
+         select_h_quant_in_gemm2(pl.numel, ex.num_experts, ex.intermediate, h_quant_in_gemm2_env());
 }
 
 void fill_gemm_common(GemmParams& g, const DevProj& pr, const ExpertsPlan& pl, int n_local_experts) {

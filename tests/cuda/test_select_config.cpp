@@ -342,13 +342,18 @@ TEST(SelectSm90, StreamEvictFirstThreshold) {
   EXPECT_TRUE(stream_evict_first(size_t{2944} * 2880));       // gpt-oss-120b M = 256 fp8
   EXPECT_FALSE(stream_evict_first(size_t{256} * 5120 * 2));   // llama4-scout M = 16 bf16
   // fp8 GEMM2 quantizing h itself up to two slots per expert (twenty-eighth session), the overrides
-  EXPECT_TRUE(select_h_quant_in_gemm2(8, 128));      // qwen3-30b-a3b M = 1
-  EXPECT_TRUE(select_h_quant_in_gemm2(128, 128));    // M = 16
-  EXPECT_TRUE(select_h_quant_in_gemm2(256, 128));    // M = 32: two per expert
-  EXPECT_FALSE(select_h_quant_in_gemm2(512, 128));   // M = 64
-  EXPECT_TRUE(select_h_quant_in_gemm2(2, 8));        // mixtral-8x7b M = 1
-  EXPECT_FALSE(select_h_quant_in_gemm2(512, 128, 0));
-  EXPECT_TRUE(select_h_quant_in_gemm2(512, 128, 1));
+  EXPECT_TRUE(select_h_quant_in_gemm2(8, 128, 768));      // qwen3-30b-a3b M = 1
+  EXPECT_TRUE(select_h_quant_in_gemm2(128, 128, 768));    // M = 16
+  EXPECT_TRUE(select_h_quant_in_gemm2(256, 128, 768));    // M = 32: two per expert
+  EXPECT_FALSE(select_h_quant_in_gemm2(512, 128, 768));   // M = 64
+  EXPECT_TRUE(select_h_quant_in_gemm2(8, 256, 2048));     // deepseek-v3 M = 1
+  EXPECT_TRUE(select_h_quant_in_gemm2(4, 128, 2880));     // gpt-oss-120b M = 1
+  EXPECT_FALSE(select_h_quant_in_gemm2(2, 8, 14336));     // mixtral-8x7b M = 1: I / 8 atomics per slot
+  EXPECT_FALSE(select_h_quant_in_gemm2(1, 16, 8192));     // llama4-scout M = 1
+  EXPECT_FALSE(select_h_quant_in_gemm2(512, 128, 768, 0));
+  EXPECT_TRUE(select_h_quant_in_gemm2(512, 128, 768, 1));
+  EXPECT_FALSE(select_h_quant_in_gemm2(2, 8, 14336, 0));
+  EXPECT_TRUE(select_h_quant_in_gemm2(2, 8, 14336, 1));
   // the token tiles evict-last always (twenty-eighth session), the overrides
   EXPECT_TRUE(stream_x_evict_last());
   EXPECT_FALSE(stream_x_evict_last(0));

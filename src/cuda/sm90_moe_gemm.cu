@@ -268,9 +268,9 @@ __global__ void __launch_bounds__(384, 1)
   const int nk = (p.k + BK - 1) / BK;
   const int w_nt = sm90_plain_nt(p.np), w_kt = sm90_plain_kt(p.kp, FP8 ? 8 : 16);
   // n256 tiles whose weight rows end in the first half (Sm90Gemm::trim_box; the last N tile of
-  // gpt-oss-120b's N = 2880 / 5760): the box's first 128 rows are loaded and multiplied (n128 wgmma,
-  // one QGMMA half, nothing on a 64-row M-block's second warpgroup); the other half is zero padding
-  // past N, whose columns are never stored
+  // gpt-oss-120b's N = 2880 / 5760): only the box's first 128 rows are loaded; 128-row M-blocks
+  // multiply them as n128 (fp8: one QGMMA half), and on 64-row M-blocks fp8's second warpgroup skips
+  // its half while 16-bit / INT8 ones multiply stale shared memory there (columns past N, never stored)
   auto half_box = [&](int nb) { return C::kWide && p.trim_box && p.np - nb * BN <= 128; };
   auto b_rows = [&](int nb) { return half_box(nb) ? 128 : BN; };
   auto load_b = [&](int s, int kt, int nb, int e) {  // the plain copy is stored swizzled: one 1-D bulk copy per box
@@ -867,7 +867,7 @@ __global__ void __launch_bounds__(384, 1)
   const int nk = FP8 ? (p.k + 127) / 128 : (p.k + 63) / 64;  // 128-byte k tiles holding K
   const int w_kt = sm90_plain_kt(p.kp, FP8 ? 8 : 16);
   const int wg = threadIdx.x >> 7, tid = threadIdx.x & 127;
-  // rows of weight box nb that are loaded and multiplied: whole 64-row slices up to the stored rows
+  // rows of weight box nb that are loaded: whole 64-row slices up to the stored rows
   // (Sm90Gemm::trim_box; the rows past np within the last slice are the box's zero padding)
   auto box_rows = [&](int nb) { return p.trim_box ? min(256, (p.np - nb * 256 + 63) & ~63) : 256; };
 

@@ -408,7 +408,7 @@ TEST(CudaDecode, ExpertParallelLlama4AndBias) {
 //      experts never read); twice in a row on the same workspace (the maxima cleared per forward) ----
 TEST(CudaDecode, HQuantInGemm2MatchesActPrep) {
   SKIP_WITHOUT_GPU();
-  if (!cuda::decode90_available() || decode_off()) GTEST_SKIP() << "the sm_90 bulk decode kernel is not available here";
+  if (!cuda::decode90_available() || decode_off()) GTEST_SKIP() << "needs the sm_90 bulk decode kernel (an sm_90 device, decode on)";
   struct Shape {
     int E, k, H, I;
     int64_t m;

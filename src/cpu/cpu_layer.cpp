@@ -45,19 +45,20 @@ struct Scratch {
   }
 };
 
-// Runs f(0..n-1) on all threads. When every expert has few tokens the jobs are weight streams of
-// equal cost: they are handed out guided (runs of consecutive jobs, remaining / threads long,
-// shrinking to 2 at the end), so each thread reads long sequential stretches of panels and the
-// threads still finish together. Fixed runs of n / (8 x threads) jobs left up to 30-55 µs of
+// Runs f(0..n-1) on the calling team (a worksharing loop: call it from every thread of a parallel
+// region; it ends with the loop's barrier). When every expert has few tokens the jobs are weight
+// streams of equal cost: they are handed out guided (runs of consecutive jobs, remaining / threads
+// long, shrinking to 2 at the end), so each thread reads long sequential stretches of panels and
+// the threads still finish together. Fixed runs of n / (8 x threads) jobs left up to 30-55 µs of
 // imbalance per GEMM at M = 1 on qwen3; fixed runs of n / (32 x threads) measured 5-10% slower
 // than guided (qwen3 M = 1, 64 GB/s). Otherwise jobs are handed out one at a time.
 template <class F>
-void parallel_jobs(size_t n, bool streams, F&& f) {
+void for_jobs(size_t n, bool streams, F&& f) {
   if (streams) {
-#pragma omp parallel for schedule(guided, 2)
+#pragma omp for schedule(guided, 2)
     for (size_t i = 0; i < n; ++i) f(i);
   } else {
-#pragma omp parallel for schedule(dynamic, 1)
+#pragma omp for schedule(dynamic, 1)
     for (size_t i = 0; i < n; ++i) f(i);
   }
 }
@@ -206,7 +207,7 @@ class CpuLayer final : public MoeLayer {
 
  private:
   // o [npos][rows_pad of w2] fp32 = expert outputs (unweighted) for the positions of `r`.
-  void run_experts(ExpertSet& s, const float* xf, const Routed& r, std::vector<float>& o);
+  void run_experts(ExpertSet& s, const Tensor& x, const Routed& r, std::vector<float>& o);
 
   MoeConfig cfg_;
   Tensor router_bias_;
@@ -217,22 +218,23 @@ class CpuLayer final : public MoeLayer {
   int num_global_ = 0;
   // workspace, reused across calls (vectors keep their capacity: no allocation once warm)
   ActBuf a1_, a2_;
-  std::vector<float> h_, o_, osh_, xf_;
+  std::vector<float> h_, o_, osh_;
   std::vector<int32_t> local_;
   std::vector<int> pos_of_, fill_, epos_;
-  std::vector<Job> jobs_;
+  std::vector<Job> jobs13_, jobs2_;
   Routed routed_, routed_shared_;
   Scratch scratch_;
 };
 
-void CpuLayer::run_experts(ExpertSet& s, const float* xf, const Routed& r, std::vector<float>& o) {
+void CpuLayer::run_experts(ExpertSet& s, const Tensor& x, const Routed& r, std::vector<float>& o) {
   const int H = s.H, I = s.I, npos = r.npos;
   const PackedProj &w13 = s.w13, &w2 = s.w2;
   // A2 columns >= padded I (>= w2.k_pad); both strides are odd multiples of 64 bytes (act_ld)
   const int ld1 = act_ld(w13.k_pad, s.fmt), ld2 = act_ld(w13.shard_pad, s.fmt);
   s.setup_act(a1_, w13, npos, ld1);
   s.setup_act(a2_, w2, npos, ld2);
-  h_.assign(size_t(npos) * ld2, 0.f);
+  // h is not cleared: GEMM1 writes columns [0, I) of every row and the quantizer reads only those
+  h_.resize(size_t(npos) * ld2);
   o.resize(size_t(npos) * w2.rows_pad);
   scratch_.ensure_threads();
   const int E = s.E;
@@ -240,83 +242,94 @@ void CpuLayer::run_experts(ExpertSet& s, const float* xf, const Routed& r, std::
   epos.resize(size_t(npos));
   for (int e = 0; e < E; ++e)
     for (int p = r.off[e]; p < r.off[e + 1]; ++p) epos[size_t(p)] = e;
-
-  // 1. GEMM1 inputs (Llama 4: a = round_act(x * w)), quantized per the scheme. Small phases run
-  // on one thread: at decode sizes a fork/join costs more than the work.
-#pragma omp parallel for schedule(static) if (size_t(npos) * H > 65536)
-  for (int p = 0; p < npos; ++p) {
-    float* xv = scratch_.get(size_t(H) * 2 + 64);
-    const float* xr = xf + size_t(r.tok[size_t(p)]) * H;
-    if (!r.in_w.empty()) {
-      const float wgt = r.in_w[size_t(p)];
-      for (int c = 0; c < H; ++c) xv[c] = round_act(s.act_dtype, xr[c] * wgt);
-    } else {
-      std::memcpy(xv, xr, size_t(H) * 4);
-    }
-    QuantRowArgs q = s.row_args(w13, epos[size_t(p)]);
-    q.scratch = xv + H + 16;
-    kn_->quant_row(xv, H, q, a1_, p);
-  }
-
-  // 2. GEMM1 + activation: job = (expert, pair j of gate rows) with the matching up rows.
-  std::vector<Job>& jobs = jobs_;
-  jobs.clear();
-  const int pairs13 = w13.shard_pad / kJobRows;
-  for (int e = 0; e < E; ++e)
-    if (r.off[e + 1] > r.off[e])
-      for (int j = 0; j < pairs13; ++j) jobs.push_back({e, j});
   int max_t = 0;
   for (int e = 0; e < E; ++e) max_t = std::max(max_t, r.off[e + 1] - r.off[e]);
-  const size_t scr13 = gemm_scratch_floats(w13, max_t) + size_t(max_t) * kJobRows * 2 + 64;
-  const Activation act = cfg_.activation;
-  parallel_jobs(jobs.size(), max_t <= kFewRows, [&](size_t ji) {
-    const auto [e, j] = jobs[ji];
-    const int p0 = r.off[e], T = r.off[e + 1] - p0;
-    float* scr = scratch_.get(scr13);
-    float* g = scr + gemm_scratch_floats(w13, T);
-    float* u = g + size_t(T) * kJobRows;
-    GemmJob jb;
-    jb.w = &w13; jb.e = e; jb.a = &a1_; jb.row0 = p0; jb.nrows = T; jb.ldo = kJobRows;
-    jb.scratch = scr;
-    jb.extra = s.extra_of(w13, e);
-    jb.pair = j; jb.out = g;
-    kn_->gemm(jb);
-    jb.pair = pairs13 + j; jb.out = u;
-    kn_->gemm(jb);
-    const int c_end = std::min(kJobRows, I - j * kJobRows);
-    for (int t = 0; t < T; ++t) {
-      float* hr = h_.data() + size_t(p0 + t) * ld2 + j * kJobRows;
-      for (int c = 0; c < c_end; ++c)
-        hr[c] = round_act(s.act_dtype, ref::apply_activation(act, g[t * kJobRows + c], u[t * kJobRows + c]));
-    }
-  });
-
-  // 3. GEMM2 inputs.
-#pragma omp parallel for schedule(static) if (size_t(npos) * I > 65536)
-  for (int p = 0; p < npos; ++p) {
-    float* tmp = scratch_.get(size_t(ld2) + 64);
-    QuantRowArgs q = s.row_args(w2, epos[size_t(p)]);
-    q.scratch = tmp;
-    kn_->quant_row(h_.data() + size_t(p) * ld2, I, q, a2_, p);
-  }
-
-  // 4. GEMM2: job = (expert, 32 rows of H).
-  jobs.clear();
-  const int pairs2 = w2.rows_pad / kJobRows;
+  // jobs: GEMM1 (expert, pair j of gate rows, with the matching up rows), GEMM2 (expert, 32 rows of H)
+  const int pairs13 = w13.shard_pad / kJobRows, pairs2 = w2.rows_pad / kJobRows;
+  jobs13_.clear();
+  jobs2_.clear();
   for (int e = 0; e < E; ++e)
-    if (r.off[e + 1] > r.off[e])
-      for (int j = 0; j < pairs2; ++j) jobs.push_back({e, j});
+    if (r.off[e + 1] > r.off[e]) {
+      for (int j = 0; j < pairs13; ++j) jobs13_.push_back({e, j});
+      for (int j = 0; j < pairs2; ++j) jobs2_.push_back({e, j});
+    }
+  const bool streams = max_t <= kFewRows;
+  const size_t scr13 = gemm_scratch_floats(w13, max_t) + size_t(max_t) * kJobRows * 2 + 64;
   const size_t scr2 = gemm_scratch_floats(w2, max_t);
-  parallel_jobs(jobs.size(), max_t <= kFewRows, [&](size_t ji) {
-    const auto [e, j] = jobs[ji];
-    const int p0 = r.off[e], T = r.off[e + 1] - p0;
-    GemmJob jb;
-    jb.w = &w2; jb.e = e; jb.a = &a2_; jb.row0 = p0; jb.nrows = T;
-    jb.pair = j; jb.out = o.data() + size_t(p0) * w2.rows_pad + j * kJobRows; jb.ldo = w2.rows_pad;
-    jb.scratch = scratch_.get(scr2);
-    jb.extra = s.extra_of(w2, e);
-    kn_->gemm(jb);
-  });
+  const Activation act = cfg_.activation;
+  const DType xdt = x.dtype();
+  const uint16_t* x16 = xdt == DType::kF32 ? nullptr : x.data<uint16_t>();
+  const float* x32 = xdt == DType::kF32 ? x.data<float>() : nullptr;
+
+  // The four phases share one team (a fork per phase cost more than the decode-size phases' work,
+  // which therefore ran on one thread: ~30 µs per call at M = 1 with cold caches, qwen3-30b-a3b).
+  // Each phase is a worksharing loop; its implicit barrier orders it before the next.
+#pragma omp parallel
+  {
+    // 1. GEMM1 inputs (Llama 4: a = round_act(x * w)), quantized per the scheme; x converted here
+    // (the quantizers take fp32 rows)
+#pragma omp for schedule(static)
+    for (int p = 0; p < npos; ++p) {
+      float* xv = scratch_.get(size_t(H) * 2 + 64);
+      const size_t base = size_t(r.tok[size_t(p)]) * H;
+      if (x32) std::memcpy(xv, x32 + base, size_t(H) * 4);
+      else if (xdt == DType::kBF16)
+        for (int c = 0; c < H; ++c) xv[c] = codec::bf16_to_f32(x16[base + c]);
+      else
+        for (int c = 0; c < H; ++c) xv[c] = codec::f16_to_f32(x16[base + c]);
+      if (!r.in_w.empty()) {
+        const float wgt = r.in_w[size_t(p)];
+        for (int c = 0; c < H; ++c) xv[c] = round_act(s.act_dtype, xv[c] * wgt);
+      }
+      QuantRowArgs q = s.row_args(w13, epos[size_t(p)]);
+      q.scratch = xv + H + 16;
+      kn_->quant_row(xv, H, q, a1_, p);
+    }
+
+    // 2. GEMM1 + activation
+    for_jobs(jobs13_.size(), streams, [&](size_t ji) {
+      const auto [e, j] = jobs13_[ji];
+      const int p0 = r.off[e], T = r.off[e + 1] - p0;
+      float* scr = scratch_.get(scr13);
+      float* g = scr + gemm_scratch_floats(w13, T);
+      float* u = g + size_t(T) * kJobRows;
+      GemmJob jb;
+      jb.w = &w13; jb.e = e; jb.a = &a1_; jb.row0 = p0; jb.nrows = T; jb.ldo = kJobRows;
+      jb.scratch = scr;
+      jb.extra = s.extra_of(w13, e);
+      jb.pair = j; jb.out = g;
+      kn_->gemm(jb);
+      jb.pair = pairs13 + j; jb.out = u;
+      kn_->gemm(jb);
+      const int c_end = std::min(kJobRows, I - j * kJobRows);
+      for (int t = 0; t < T; ++t) {
+        float* hr = h_.data() + size_t(p0 + t) * ld2 + j * kJobRows;
+        for (int c = 0; c < c_end; ++c)
+          hr[c] = round_act(s.act_dtype, ref::apply_activation(act, g[t * kJobRows + c], u[t * kJobRows + c]));
+      }
+    });
+
+    // 3. GEMM2 inputs
+#pragma omp for schedule(static)
+    for (int p = 0; p < npos; ++p) {
+      float* tmp = scratch_.get(size_t(ld2) + 64);
+      QuantRowArgs q = s.row_args(w2, epos[size_t(p)]);
+      q.scratch = tmp;
+      kn_->quant_row(h_.data() + size_t(p) * ld2, I, q, a2_, p);
+    }
+
+    // 4. GEMM2
+    for_jobs(jobs2_.size(), streams, [&](size_t ji) {
+      const auto [e, j] = jobs2_[ji];
+      const int p0 = r.off[e], T = r.off[e + 1] - p0;
+      GemmJob jb;
+      jb.w = &w2; jb.e = e; jb.a = &a2_; jb.row0 = p0; jb.nrows = T;
+      jb.pair = j; jb.out = o.data() + size_t(p0) * w2.rows_pad + j * kJobRows; jb.ldo = w2.rows_pad;
+      jb.scratch = scratch_.get(scr2);
+      jb.extra = s.extra_of(w2, e);
+      kn_->gemm(jb);
+    });
+  }
 }
 
 Tensor CpuLayer::forward_routed(const Tensor& x, const Tensor& topk_weights, const Tensor& topk_ids) {
@@ -368,15 +381,7 @@ Tensor CpuLayer::forward_routed(const Tensor& x, const Tensor& topk_weights, con
     }
   }
 
-  xf_.resize(size_t(M) * H);
-  const uint16_t* xh = x.data<uint16_t>();
-#pragma omp parallel for schedule(static) if (int64_t(M) * H > 65536)
-  for (int64_t i = 0; i < int64_t(M) * H; ++i)
-    xf_[size_t(i)] = s.act_dtype == DType::kBF16  ? codec::bf16_to_f32(xh[i])
-                     : s.act_dtype == DType::kF16 ? codec::f16_to_f32(xh[i])
-                                                  : x.data<float>()[i];
-
-  if (r.npos > 0) run_experts(experts_, xf_.data(), r, o_);
+  if (r.npos > 0) run_experts(experts_, x, r, o_);
   const int ldo = experts_.w2.rows_pad;
   if (shared_) {
     Routed& rs = routed_shared_;
@@ -384,7 +389,7 @@ Tensor CpuLayer::forward_routed(const Tensor& x, const Tensor& topk_weights, con
     rs.tok.resize(size_t(M));
     std::iota(rs.tok.begin(), rs.tok.end(), 0);
     rs.npos = M;
-    run_experts(*shared_, xf_.data(), rs, osh_);
+    run_experts(*shared_, x, rs, osh_);
   }
   const int ldsh = shared_ ? shared_->w2.rows_pad : 0;
 
@@ -392,15 +397,22 @@ Tensor CpuLayer::forward_routed(const Tensor& x, const Tensor& topk_weights, con
   uint16_t* o16 = s.act_dtype == DType::kF32 ? nullptr : out.data_mut<uint16_t>();
   float* o32 = s.act_dtype == DType::kF32 ? out.data_mut<float>() : nullptr;
   scratch_.ensure_threads();
-#pragma omp parallel if (int64_t(M) * H * K > 65536)
+  // Items of (token, column chunk): whole rows when there are tokens for every thread, else each
+  // row split in chunks of 64 columns or more (at M = 1 one thread summed 8 rows of H alone).
+  const int nthr = omp_get_max_threads();
+  const int nch = M >= 2 * nthr ? 1 : std::max(1, std::min((2 * nthr + M - 1) / M, (H + 63) / 64));
+  const int cw = (H + nch - 1) / nch;
+#pragma omp parallel
   {
-    // per-thread y [H] and the token's (local expert, slot) pairs from the reused scratch
-    float* yb = scratch_.get(size_t(H) + size_t(K) * 2 + 16);
+    // per-thread y [cw] and the token's (local expert, slot) pairs from the reused scratch
+    float* yb = scratch_.get(size_t(cw) + size_t(K) * 2 + 16);
     float* y = yb;
-    auto* slots = reinterpret_cast<std::pair<int, int>*>(yb + H);
+    auto* slots = reinterpret_cast<std::pair<int, int>*>(yb + cw);
 #pragma omp for schedule(static)
-    for (int t = 0; t < M; ++t) {
-      std::fill(y, y + H, 0.f);
+    for (int it = 0; it < M * nch; ++it) {
+      const int t = it / nch, c0 = (it % nch) * cw, c1 = std::min(H, c0 + cw), n = c1 - c0;
+      if (n <= 0) continue;
+      std::fill(y, y + n, 0.f);
       // the reference adds experts in increasing local id
       int ns = 0;
       for (int j = 0; j < K; ++j) {
@@ -411,18 +423,19 @@ Tensor CpuLayer::forward_routed(const Tensor& x, const Tensor& topk_weights, con
       for (int q = 0; q < ns; ++q) {
         const size_t i = size_t(t) * K + size_t(slots[size_t(q)].second);
         const float wt = on_input ? 1.f : tw[i];
-        const float* orow = o_.data() + size_t(pos_of[i]) * ldo;
-        for (int c = 0; c < H; ++c) y[c] += wt * orow[c];
+        const float* orow = o_.data() + size_t(pos_of[i]) * ldo + c0;
+        for (int c = 0; c < n; ++c) y[c] += wt * orow[c];
       }
       if (shared_) {
-        const float* srow = osh_.data() + size_t(t) * ldsh;
-        for (int c = 0; c < H; ++c) y[c] += srow[c];
+        const float* srow = osh_.data() + size_t(t) * ldsh + c0;
+        for (int c = 0; c < n; ++c) y[c] += srow[c];
       }
-      for (int c = 0; c < H; ++c) {
-        const size_t oi = size_t(t) * H + c;
-        if (o32) o32[oi] = y[c];
-        else o16[oi] = s.act_dtype == DType::kBF16 ? codec::f32_to_bf16(y[c]) : codec::f32_to_f16(y[c]);
-      }
+      const size_t ob = size_t(t) * H + c0;
+      if (o32) std::memcpy(o32 + ob, y, size_t(n) * 4);
+      else if (s.act_dtype == DType::kBF16)
+        for (int c = 0; c < n; ++c) o16[ob + c] = codec::f32_to_bf16(y[c]);
+      else
+        for (int c = 0; c < n; ++c) o16[ob + c] = codec::f32_to_f16(y[c]);
     }
   }
   return out;

@@ -275,17 +275,19 @@ inline bool stream_evict_first(size_t token_row_bytes, int hint = -1) {
 }
 // Whether fp8 GEMM2 on the bulk decode kernel quantizes h as it stages it (GemmParams::q_rows, with
 // GEMM1's per-row maxima) instead of an act_prep launch between the GEMMs: where the layer has at
-// most two slots per local expert on average (numel <= 2 E) and I <= 4096. Each block that stages an
+// most two slots per local expert on average (numel <= 2 E) and I <= 2048. Each block that stages an
 // M-block quantizes its rows' K range again (IEEE divisions, as act_prep), so the cost grows with the
 // rows per M-block; GEMM1's epilogue takes one atomic maximum per warp (8 columns) per slot, I / 8 on
 // one address, while the launch saved is fixed. Measured on the H200 (twenty-eighth session, r3 and
 // r4, two runs each, fp8): qwen3-30b-a3b (I = 768) M = 1 1.05 / 1.07x (31.4 -> 29.8 us), M = 16 (1.6
 // slots per expert) 1.01 / 1.00x, M = 32 (2) 0.98x, M = 64 (4) 0.97x; deepseek-v3 (I = 2048) M = 1
 // 1.01 / 1.02x, gpt-oss-120b (2880) 1.00x, llama4-scout (8192) and mixtral-8x7b (14336) M = 1 0.99 /
-// 0.98x. env: -1 the rule, 0 never, 1 always (QMOE_CUDA_H_QUANT_IN_GEMM2).
+// 0.98x. The rule with I <= 4096 (twenty-ninth session, r1, two runs each against 0): qwen3-30b-a3b
+// M = 1 1.05x, deepseek-v3 M = 1 1.02x, gpt-oss-120b M = 1 0.97x (50.3 / 50.6 -> 51.8 / 52.1 us: 360
+// maxima per slot) -- hence I <= 2048. env: -1 the rule, 0 never, 1 always (QMOE_CUDA_H_QUANT_IN_GEMM2).
 inline bool select_h_quant_in_gemm2(int64_t numel, int num_experts, int intermediate, int env = -1) {
   if (env >= 0) return env == 1;
-  return numel <= 2 * static_cast<int64_t>(num_experts) && intermediate <= 4096;
+  return numel <= 2 * static_cast<int64_t>(num_experts) && intermediate <= 2048;
 }
 // Whether the streaming kernel loads its token tiles (re-read for every weight box of their M-block)
 // with an L2 evict-last policy: always. Measured on the H200 (twenty-eighth session, r2, two runs,

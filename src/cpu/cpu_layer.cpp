@@ -6,6 +6,7 @@
 //   shared expert, round once. Jobs run under OpenMP (dynamic schedule); kernels come from the ISA
 //   chosen at layer creation (cpu_isa.h).
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -45,23 +46,56 @@ struct Scratch {
   }
 };
 
-// Runs f(0..n-1) on the calling team (a worksharing loop: call it from every thread of a parallel
-// region; it ends with the loop's barrier). When every expert has few tokens the jobs are weight
-// streams of equal cost: they are handed out guided (runs of consecutive jobs, remaining / threads
-// long, shrinking to 2 at the end), so each thread reads long sequential stretches of panels and
-// the threads still finish together. Fixed runs of n / (8 x threads) jobs left up to 30-55 µs of
-// imbalance per GEMM at M = 1 on qwen3; fixed runs of n / (32 x threads) measured 5-10% slower
-// than guided (qwen3 M = 1, 64 GB/s). Otherwise jobs are handed out one at a time.
-template <class F>
-void for_jobs(size_t n, bool streams, F&& f) {
-  if (streams) {
-#pragma omp for schedule(guided, 2)
-    for (size_t i = 0; i < n; ++i) f(i);
-  } else {
-#pragma omp for schedule(dynamic, 1)
-    for (size_t i = 0; i < n; ++i) f(i);
+// Job schedule. Where every expert has at most kFewRows rows, the jobs are short weight streams of
+// about equal cost and run guided (runs of consecutive jobs, remaining / threads long, shrinking to
+// 2 at the end), so each thread reads long sequential stretches of panels and the fused kernels'
+// prefetch past a job's end lands in the next job it runs. Fixed runs of n / (8 x threads) jobs
+// left up to 30-55 µs of imbalance per GEMM at M = 1 on qwen3; n / (32 x threads) measured 5-10%
+// slower than guided (qwen3 M = 1, 64 GB/s). Otherwise the job list is cut into runs bounded by
+// cost (a job costs in proportion to its expert's rows, so one expert with many rows does not fill
+// one thread's first run), which the threads take in order from a shared counter. Before, such
+// layers ran one job at a time (dynamic, 1), which started every job's stream cold: qwen3-30b-a3b
+// M = 128 (8 rows per expert, some above 12) 1.05-1.4x slower, M = 512 1.0-1.08x (twenty-ninth
+// session, alternating runs on the 2-core VM).
+struct JobRuns {
+  std::vector<size_t> start;  // run i is jobs [start[i], start[i + 1])
+  std::atomic<size_t> next{0};
+
+  // cost(j): a job's relative cost
+  template <class Cost>
+  void plan(size_t n, int threads, Cost&& cost) {
+    start.clear();
+    double rem = 0;
+    for (size_t j = 0; j < n; ++j) rem += cost(j);
+    const double floor = rem / double(n > 0 ? n : 1);  // the mean job
+    for (size_t i = 0; i < n;) {
+      start.push_back(i);
+      const double target = std::max(rem / threads, 2 * floor);
+      double c = cost(i++);
+      while (i < n && c + cost(i) <= target) c += cost(i++);
+      rem -= c;
+    }
+    start.push_back(n);
+    next.store(0, std::memory_order_relaxed);
   }
-}
+  // Called by every thread of the team; ends with the team's barrier. `guided`: OpenMP's guided
+  // schedule over the jobs instead (the layer's choice where every job is a short weight stream)
+  template <class F>
+  void run(bool guided, F&& f) {
+    if (guided) {
+      const size_t n = start.back();
+#pragma omp for schedule(guided, 2)
+      for (size_t j = 0; j < n; ++j) f(j);
+      return;
+    }
+    for (;;) {
+      const size_t r = next.fetch_add(1, std::memory_order_relaxed);
+      if (r + 1 >= start.size()) break;
+      for (size_t j = start[r]; j < start[r + 1]; ++j) f(j);
+    }
+#pragma omp barrier
+  }
+};
 
 // Row stride (elements) of an activation buffer with at least n columns: an odd number of 64-byte
 // lines, so that the 12 rows a microkernel reads at once fall in different L1 sets (a stride that
@@ -222,6 +256,7 @@ class CpuLayer final : public MoeLayer {
   std::vector<int32_t> local_;
   std::vector<int> pos_of_, fill_, epos_;
   std::vector<Job> jobs13_, jobs2_;
+  JobRuns runs13_, runs2_;
   Routed routed_, routed_shared_;
   Scratch scratch_;
 };
@@ -253,7 +288,15 @@ void CpuLayer::run_experts(ExpertSet& s, const Tensor& x, const Routed& r, std::
       for (int j = 0; j < pairs13; ++j) jobs13_.push_back({e, j});
       for (int j = 0; j < pairs2; ++j) jobs2_.push_back({e, j});
     }
+  // every expert with at most kFewRows rows: all jobs are weight streams of about equal cost, run
+  // guided (the schedule measured at M = 1); else runs bounded by cost, where a job costs its
+  // expert's rows, and a weight stream at least about four rows' worth (only the balance of the
+  // runs depends on it)
   const bool streams = max_t <= kFewRows;
+  const int nthr = omp_get_max_threads();
+  auto rows_of = [&r](int e) { return double(std::max(r.off[e + 1] - r.off[e], 4)); };
+  runs13_.plan(jobs13_.size(), nthr, [&](size_t j) { return rows_of(jobs13_[j].e); });
+  runs2_.plan(jobs2_.size(), nthr, [&](size_t j) { return rows_of(jobs2_[j].e); });
   const size_t scr13 = gemm_scratch_floats(w13, max_t) + size_t(max_t) * kJobRows * 2 + 64;
   const size_t scr2 = gemm_scratch_floats(w2, max_t);
   const Activation act = cfg_.activation;
@@ -287,7 +330,7 @@ void CpuLayer::run_experts(ExpertSet& s, const Tensor& x, const Routed& r, std::
     }
 
     // 2. GEMM1 + activation
-    for_jobs(jobs13_.size(), streams, [&](size_t ji) {
+    runs13_.run(streams, [&](size_t ji) {
       const auto [e, j] = jobs13_[ji];
       const int p0 = r.off[e], T = r.off[e + 1] - p0;
       float* scr = scratch_.get(scr13);
@@ -319,7 +362,7 @@ void CpuLayer::run_experts(ExpertSet& s, const Tensor& x, const Routed& r, std::
     }
 
     // 4. GEMM2
-    for_jobs(jobs2_.size(), streams, [&](size_t ji) {
+    runs2_.run(streams, [&](size_t ji) {
       const auto [e, j] = jobs2_[ji];
       const int p0 = r.off[e], T = r.off[e + 1] - p0;
       GemmJob jb;

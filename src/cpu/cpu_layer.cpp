@@ -3,8 +3,8 @@
 //   align contract without block padding) -> quantize GEMM1 inputs -> GEMM1 + activation per
 //   (expert, 32-row pair of gate/up) job -> quantize h -> GEMM2 per (expert, 32-row) job ->
 //   reduce each token's slots in increasing local-expert order (the reference's order), add the
-//   shared expert, round once. Jobs run under OpenMP (dynamic schedule); kernels come from the ISA
-//   chosen at layer creation (cpu_isa.h).
+//   shared expert, round once. The four phases up to GEMM2 run in one OpenMP team (JobRuns: the
+//   jobs in runs of consecutive ones); kernels come from the ISA chosen at layer creation (cpu_isa.h).
 #include <algorithm>
 #include <atomic>
 #include <cmath>

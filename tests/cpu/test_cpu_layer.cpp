@@ -19,6 +19,8 @@
 #include <string_view>
 #include <vector>
 
+#include <omp.h>
+
 #include "common/moe_cases.h"
 #include "common/tensor_check.h"
 #include "core/codecs.h"
@@ -245,7 +247,7 @@ INSTANTIATE_TEST_SUITE_P(AllSchemes, CpuScheme, ::testing::ValuesIn(all_cases())
 // panel at a time, the largest fused block), 13 (4-bit codes: fused blocks of 12 + 1; other codes:
 // the batched tile kernels, whose short rests run with the last full block as two near-equal blocks:
 // 7 + 6), 17 (9 + 8) and 25 (12 + 7 + 6), for every code kind the fused kernels decode. Then a batch that mixes
-// experts with T = 5, 3 and 2 in one call (different kernels side by side, dynamic schedule).
+// experts with T = 5, 3 and 2 in one call (different kernels side by side, guided schedule).
 
 void fixed_routing(int64_t M, const std::vector<std::array<int, 2>>& pick, uint64_t seed, Tensor& w, Tensor& ids) {
   w = Tensor(DType::kF32, {M, 2});
@@ -630,6 +632,29 @@ TEST(CpuEdge, SharedExpertWithOtherScheme) {
   Tensor tw, ids;
   random_routing(6, 2, 4, 8, tw, ids);
   expect_cpu_matches(w, config(4, 2, Activation::kSiluMul), &sh, x, tw, ids, "mxfp4 + bf16 shared");
+}
+
+// One hot expert (every token's first slot) beside experts with 1-3 rows: the layer cuts the job list
+// into runs bounded by cost (cpu_layer.cpp, JobRuns), so the hot expert's jobs spread over several
+// runs and threads; every job must run exactly once whatever the team size (1, 2, 3 and 5 threads:
+// more runs than jobs per thread, and fewer).
+TEST(CpuEdge, HotExpertBesideSmallOnesAnyTeamSize) {
+  for (SchemeKind k : {SchemeKind::kWNA16, SchemeKind::kUnquantized, SchemeKind::kINT8W8A8}) {
+    ExpertWeights w = small_weights(k, 8, 11, 96, 200);  // 7 gate / up pairs, 3 output pairs per expert
+    const int64_t M = 29;
+    std::vector<std::array<int, 2>> pick;
+    for (int64_t t = 0; t < M; ++t) pick.push_back({5, int(t % 7 < 5 ? t % 7 : t % 7 + 1)});  // 5 hot; 0-4, 6, 7
+    Tensor x = test::random_tensor(DType::kBF16, {M, 96}, 80);
+    Tensor tw, ids;
+    fixed_routing(M, pick, 81, tw, ids);
+    const int saved = omp_get_max_threads();
+    for (int nt : {1, 2, 3, 5}) {
+      omp_set_num_threads(nt);
+      expect_cpu_matches(w, config(8, 2, Activation::kSiluMul), nullptr, x, tw, ids,
+                         std::string(scheme_kind_name(k)) + " hot expert, " + std::to_string(nt) + " threads");
+    }
+    omp_set_num_threads(saved);
+  }
 }
 
 // Batched M with many tokens per expert (microkernel token blocks, partial last block), then a

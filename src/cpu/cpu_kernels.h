@@ -66,16 +66,27 @@ using GemmFn = void (*)(const GemmJob& j);
 // kernels' integer dot products, cpu_kernels_avx2.cpp), and with which block.
 using Act16Fn = int (*)(const PackedProj& w);  // block (16 / 32 columns), 0 = keep bf16
 
+// GEMM1's activation for n columns: h[c] = act(g[c], u[c]) in fp32, the expression
+// ref::apply_activation evaluates, with the ISA's exp (within a few fp32 ulps of expf: the kernels'
+// GEMM1 sums already differ from the reference's in their last bits, the tolerances cover both).
+// silu and swigluoai; nullptr or gelu: ref::apply_activation per element.
+using ActRowFn = void (*)(Activation act, const float* g, const float* u, int n, float* h);
+
 struct Kernels {
   GemmFn gemm;
   QuantRowFn quant_row;
   const char* name;
   Act16Fn act16 = nullptr;
+  ActRowFn act_row = nullptr;
 };
 const Kernels& kernels_for(Isa isa);
 
 namespace scalar { void gemm(const GemmJob&); void quant_row(const float*, int, const QuantRowArgs&, ActBuf&, int); }
 namespace avx2 { void gemm(const GemmJob&); void quant_row(const float*, int, const QuantRowArgs&, ActBuf&, int); int act16(const PackedProj&); }
-namespace avx512 { void gemm(const GemmJob&); void quant_row(const float*, int, const QuantRowArgs&, ActBuf&, int); }
+namespace avx512 {
+void gemm(const GemmJob&);
+void quant_row(const float*, int, const QuantRowArgs&, ActBuf&, int);
+void act_row(Activation, const float*, const float*, int, float*);
+}  // namespace avx512
 
 }  // namespace qmoe::cpu

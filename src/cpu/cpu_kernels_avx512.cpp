@@ -24,6 +24,7 @@
 #include <cstring>
 
 #include "cpu/cpu_kernels.h"
+#include "cpu/ref/reference.h"
 
 namespace qmoe::cpu::avx512 {
 #include "cpu/cpu_kernels_generic.inc"
@@ -821,6 +822,57 @@ void quant_row_nvfp4(const float* x, int n, const QuantRowArgs& q, ActBuf& a, in
 void quant_row(const float* x, int n, const QuantRowArgs& q, ActBuf& a, int i) {
   if (q.q == RowQuant::kNVFP4) return quant_row_nvfp4(x, n, q, a, i);
   generic::quant_row(x, n, q, a, i);
+}
+
+namespace {
+// exp on 16 lanes: k = rint(x log2 e), r = x - k ln 2 in two parts (Cody-Waite; |r| <= ln 2 / 2),
+// exp(r) by its Taylor series to r^7 (the first term left out, r^8 / 8! < 5e-9, is below half an
+// ulp), Horner with FMAs, then vscalefps (p * 2^k, overflow to inf and gradual underflow as IEEE).
+// Lanes past the fp32 range are set afterwards: x > 88.73 -> inf (also x = inf, where r is NaN),
+// x < -104 -> 0; NaN stays NaN. Error: a few ulps (CpuKernels.ActRowMatchesTheReference measures).
+inline __m512 exp16(__m512 x) {
+  const __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(0.693145751953125f), x);  // ln 2 high part (exact k * hi)
+  r = _mm512_fnmadd_ps(k, _mm512_set1_ps(1.42860682030941723e-06f), r);    // ln 2 - hi
+  __m512 p = _mm512_set1_ps(1.f / 5040);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f / 720));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f / 120));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f / 24));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f / 6));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f));
+  __m512 e = _mm512_scalef_ps(p, k);
+  e = _mm512_mask_mov_ps(e, _mm512_cmp_ps_mask(x, _mm512_set1_ps(88.73f), _CMP_GT_OQ), _mm512_set1_ps(INFINITY));
+  e = _mm512_mask_mov_ps(e, _mm512_cmp_ps_mask(x, _mm512_set1_ps(-104.f), _CMP_LT_OQ), _mm512_setzero_ps());
+  return e;
+}
+}  // namespace
+
+void act_row(Activation act, const float* g, const float* u, int n, float* h) {
+  if (act != Activation::kSiluMul && act != Activation::kSwigluOai) {
+    for (int c = 0; c < n; ++c) h[c] = ref::apply_activation(act, g[c], u[c]);
+    return;
+  }
+  const __m512 one = _mm512_set1_ps(1.f);
+  for (int c0 = 0; c0 < n; c0 += 16) {
+    const __mmask16 m = n - c0 >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - c0)) - 1);
+    const __m512 gv = _mm512_maskz_loadu_ps(m, g + c0), uv = _mm512_maskz_loadu_ps(m, u + c0);
+    __m512 v;
+    if (act == Activation::kSiluMul) {  // (g / (1 + exp(-g))) * u
+      const __m512 e = exp16(_mm512_sub_ps(_mm512_setzero_ps(), gv));
+      v = _mm512_mul_ps(_mm512_div_ps(gv, _mm512_add_ps(one, e)), uv);
+    } else {  // gc = min(g, 7), uc = clamp(u, -7, 7): (uc + 1) * (gc * (1 / (1 + exp(-(gc * 1.702)))))
+      // (min / max return their second operand when either is NaN: NaN stays NaN as in std::min)
+      const __m512 gc = _mm512_min_ps(_mm512_set1_ps(7.f), gv);
+      const __m512 uc = _mm512_max_ps(_mm512_set1_ps(-7.f), _mm512_min_ps(_mm512_set1_ps(7.f), uv));
+      const __m512 e = exp16(_mm512_sub_ps(_mm512_setzero_ps(), _mm512_mul_ps(gc, _mm512_set1_ps(1.702f))));
+      const __m512 glu = _mm512_mul_ps(gc, _mm512_div_ps(one, _mm512_add_ps(one, e)));
+      v = _mm512_mul_ps(_mm512_add_ps(uc, one), glu);
+    }
+    _mm512_mask_storeu_ps(h + c0, m, v);
+  }
 }
 
 }  // namespace qmoe::cpu::avx512

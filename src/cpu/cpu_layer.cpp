@@ -347,8 +347,14 @@ void CpuLayer::run_experts(ExpertSet& s, const Tensor& x, const Routed& r, std::
       const int c_end = std::min(kJobRows, I - j * kJobRows);
       for (int t = 0; t < T; ++t) {
         float* hr = h_.data() + size_t(p0 + t) * ld2 + j * kJobRows;
-        for (int c = 0; c < c_end; ++c)
-          hr[c] = round_act(s.act_dtype, ref::apply_activation(act, g[t * kJobRows + c], u[t * kJobRows + c]));
+        if (kn_->act_row) {
+          kn_->act_row(act, g + t * kJobRows, u + t * kJobRows, c_end, hr);
+          if (s.act_dtype != DType::kF32)
+            for (int c = 0; c < c_end; ++c) hr[c] = round_act(s.act_dtype, hr[c]);
+        } else {
+          for (int c = 0; c < c_end; ++c)
+            hr[c] = round_act(s.act_dtype, ref::apply_activation(act, g[t * kJobRows + c], u[t * kJobRows + c]));
+        }
       }
     });
 
@@ -503,7 +509,7 @@ std::string set_can_implement(const ExpertWeights& w, const char* what) {
 const Kernels& kernels_for(Isa isa) {
   static const Kernels k[3] = {{scalar::gemm, scalar::quant_row, "scalar"},
                                {avx2::gemm, avx2::quant_row, "avx2", avx2::act16},
-                               {avx512::gemm, avx512::quant_row, "avx512"}};
+                               {avx512::gemm, avx512::quant_row, "avx512", nullptr, avx512::act_row}};
   return k[static_cast<int>(isa)];
 }
 

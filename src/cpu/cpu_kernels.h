@@ -69,7 +69,7 @@ using Act16Fn = int (*)(const PackedProj& w);  // block (16 / 32 columns), 0 = k
 // GEMM1's activation for n columns: h[c] = act(g[c], u[c]) in fp32, the expression
 // ref::apply_activation evaluates, with the ISA's exp (within a few fp32 ulps of expf: the kernels'
 // GEMM1 sums already differ from the reference's in their last bits, the tolerances cover both).
-// silu and swigluoai; nullptr or gelu: ref::apply_activation per element.
+// silu and swigluoai (AVX-512, AVX2); nullptr or gelu: ref::apply_activation per element.
 using ActRowFn = void (*)(Activation act, const float* g, const float* u, int n, float* h);
 
 struct Kernels {
@@ -82,7 +82,12 @@ struct Kernels {
 const Kernels& kernels_for(Isa isa);
 
 namespace scalar { void gemm(const GemmJob&); void quant_row(const float*, int, const QuantRowArgs&, ActBuf&, int); }
-namespace avx2 { void gemm(const GemmJob&); void quant_row(const float*, int, const QuantRowArgs&, ActBuf&, int); int act16(const PackedProj&); }
+namespace avx2 {
+void gemm(const GemmJob&);
+void quant_row(const float*, int, const QuantRowArgs&, ActBuf&, int);
+int act16(const PackedProj&);
+void act_row(Activation, const float*, const float*, int, float*);
+}  // namespace avx2
 namespace avx512 {
 void gemm(const GemmJob&);
 void quant_row(const float*, int, const QuantRowArgs&, ActBuf&, int);

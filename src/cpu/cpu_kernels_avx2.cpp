@@ -14,6 +14,7 @@
 #include <type_traits>
 
 #include "cpu/cpu_kernels.h"
+#include "cpu/ref/reference.h"
 
 namespace qmoe::cpu::avx2 {
 namespace {
@@ -775,6 +776,64 @@ int act16(const PackedProj& w) {
 void gemm(const GemmJob& j) {
   if (!fused_gemm(j)) generic::gemm(j);
 }
+namespace {
+// exp on 8 lanes, as the AVX-512 exp16 (cpu_kernels_avx512.cpp) but without vscalefps: 2^k applied
+// as two factors 2^k1 * 2^k2 (k1 = k >> 1, each a normal fp32 built from its exponent bits), so the
+// product rounds once where it underflows; lanes past the fp32 range set afterwards, NaN kept.
+inline __m256 exp8(__m256 x) {
+  const __m256 k = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(0.693145751953125f), x);
+  r = _mm256_fnmadd_ps(k, _mm256_set1_ps(1.42860682030941723e-06f), r);
+  __m256 p = _mm256_set1_ps(1.f / 5040);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.f / 720));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.f / 120));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.f / 24));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.f / 6));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.f));
+  // |k| <= 151 for the x kept below: k1, k2 in [-76, 76]
+  const __m256i ki = _mm256_cvtps_epi32(_mm256_max_ps(_mm256_min_ps(k, _mm256_set1_ps(151.f)), _mm256_set1_ps(-151.f)));
+  const __m256i k1 = _mm256_srai_epi32(ki, 1), k2 = _mm256_sub_epi32(ki, k1);
+  const __m256 s1 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(k1, _mm256_set1_epi32(127)), 23));
+  const __m256 s2 = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(k2, _mm256_set1_epi32(127)), 23));
+  __m256 e = _mm256_mul_ps(_mm256_mul_ps(p, s1), s2);
+  e = _mm256_blendv_ps(e, _mm256_set1_ps(INFINITY), _mm256_cmp_ps(x, _mm256_set1_ps(88.73f), _CMP_GT_OQ));
+  e = _mm256_blendv_ps(e, _mm256_setzero_ps(), _mm256_cmp_ps(x, _mm256_set1_ps(-104.f), _CMP_LT_OQ));
+  return e;
+}
+}  // namespace
+
+// GEMM1's activation on 8 lanes (Kernels::act_row; the AVX-512 act_row's expressions).
+void act_row(Activation act, const float* g, const float* u, int n, float* h) {
+  if (act != Activation::kSiluMul && act != Activation::kSwigluOai) {
+    for (int c = 0; c < n; ++c) h[c] = ref::apply_activation(act, g[c], u[c]);
+    return;
+  }
+  const __m256 one = _mm256_set1_ps(1.f);
+  for (int c0 = 0; c0 < n; c0 += 8) {
+    const int len = std::min(8, n - c0);
+    alignas(32) float gb[8] = {}, ub[8] = {}, hb[8];
+    std::memcpy(gb, g + c0, size_t(len) * 4);
+    std::memcpy(ub, u + c0, size_t(len) * 4);
+    const __m256 gv = _mm256_load_ps(gb), uv = _mm256_load_ps(ub);
+    __m256 v;
+    if (act == Activation::kSiluMul) {
+      const __m256 e = exp8(_mm256_sub_ps(_mm256_setzero_ps(), gv));
+      v = _mm256_mul_ps(_mm256_div_ps(gv, _mm256_add_ps(one, e)), uv);
+    } else {  // min / max return their second operand when either is NaN: NaN stays NaN
+      const __m256 gc = _mm256_min_ps(_mm256_set1_ps(7.f), gv);
+      const __m256 uc = _mm256_max_ps(_mm256_set1_ps(-7.f), _mm256_min_ps(_mm256_set1_ps(7.f), uv));
+      const __m256 e = exp8(_mm256_sub_ps(_mm256_setzero_ps(), _mm256_mul_ps(gc, _mm256_set1_ps(1.702f))));
+      const __m256 glu = _mm256_mul_ps(gc, _mm256_div_ps(one, _mm256_add_ps(one, e)));
+      v = _mm256_mul_ps(_mm256_add_ps(uc, one), glu);
+    }
+    _mm256_store_ps(hb, v);
+    std::memcpy(h + c0, hb, size_t(len) * 4);
+  }
+}
+
 void quant_row(const float* x, int n, const QuantRowArgs& q, ActBuf& a, int i) {
   if (q.q == RowQuant::kS16 && (a.group == 16 || a.group == 32) && a.ld % a.group == 0) return quant_s16(x, n, a, i);
   if (q.q == RowQuant::kNVFP4S16 && a.group == 16 && a.ld % 16 == 0) return quant_nvfp4_s16(x, n, q, a, i);

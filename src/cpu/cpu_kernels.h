@@ -71,6 +71,12 @@ using Act16Fn = int (*)(const PackedProj& w);  // block (16 / 32 columns), 0 = k
 // GEMM1 sums already differ from the reference's in their last bits, the tolerances cover both).
 // silu and swigluoai (AVX-512, AVX2); nullptr or gelu: ref::apply_activation per element.
 using ActRowFn = void (*)(Activation act, const float* g, const float* u, int n, float* h);
+// The act_row kernels' exp (both ISA files): k = rint(x log2 e), r = x - k ln2_hi - k ln2_lo
+// (ln2_hi has 16 significant bits, so k ln2_hi is exact for |k| < 256), exp(r) = Taylor series to
+// r^7 evaluated by Horner from kExpTaylor[0] (1/7!) down to the constant 1.
+constexpr float kExpLog2e = 1.44269504088896341f, kExpLn2Hi = 0.693145751953125f,
+                kExpLn2Lo = 1.42860682030941723e-06f;
+constexpr float kExpTaylor[8] = {1.f / 5040, 1.f / 720, 1.f / 120, 1.f / 24, 1.f / 6, 0.5f, 1.f, 1.f};
 
 struct Kernels {
   GemmFn gemm;

@@ -831,18 +831,12 @@ namespace {
 // Lanes past the fp32 range are set afterwards: x > 88.73 -> inf (also x = inf, where r is NaN),
 // x < -104 -> 0; NaN stays NaN. Error: a few ulps (CpuKernels.ActRowMatchesTheReference measures).
 inline __m512 exp16(__m512 x) {
-  const __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+  const __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(kExpLog2e)),
                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(0.693145751953125f), x);  // ln 2 high part (exact k * hi)
-  r = _mm512_fnmadd_ps(k, _mm512_set1_ps(1.42860682030941723e-06f), r);    // ln 2 - hi
-  __m512 p = _mm512_set1_ps(1.f / 5040);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f / 720));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f / 120));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f / 24));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f / 6));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.f));
+  __m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(kExpLn2Hi), x);
+  r = _mm512_fnmadd_ps(k, _mm512_set1_ps(kExpLn2Lo), r);
+  __m512 p = _mm512_set1_ps(kExpTaylor[0]);
+  for (int i = 1; i < 8; ++i) p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(kExpTaylor[i]));
   __m512 e = _mm512_scalef_ps(p, k);
   e = _mm512_mask_mov_ps(e, _mm512_cmp_ps_mask(x, _mm512_set1_ps(88.73f), _CMP_GT_OQ), _mm512_set1_ps(INFINITY));
   e = _mm512_mask_mov_ps(e, _mm512_cmp_ps_mask(x, _mm512_set1_ps(-104.f), _CMP_LT_OQ), _mm512_setzero_ps());

@@ -79,11 +79,11 @@ struct JobRuns {
     next.store(0, std::memory_order_relaxed);
   }
   // Called by every thread of the team; ends with the team's barrier. `guided`: OpenMP's guided
-  // schedule over the jobs instead (the layer's choice where every job is a short weight stream)
+  // schedule over the n jobs instead (the layer's choice where every job is a short weight stream;
+  // plan is then not called)
   template <class F>
-  void run(bool guided, F&& f) {
+  void run(bool guided, size_t n, F&& f) {
     if (guided) {
-      const size_t n = start.back();
 #pragma omp for schedule(guided, 2)
       for (size_t j = 0; j < n; ++j) f(j);
       return;
@@ -295,8 +295,10 @@ void CpuLayer::run_experts(ExpertSet& s, const Tensor& x, const Routed& r, std::
   const bool streams = max_t <= kFewRows;
   const int nthr = omp_get_max_threads();
   auto rows_of = [&r](int e) { return double(std::max(r.off[e + 1] - r.off[e], 4)); };
-  runs13_.plan(jobs13_.size(), nthr, [&](size_t j) { return rows_of(jobs13_[j].e); });
-  runs2_.plan(jobs2_.size(), nthr, [&](size_t j) { return rows_of(jobs2_[j].e); });
+  if (!streams) {
+    runs13_.plan(jobs13_.size(), nthr, [&](size_t j) { return rows_of(jobs13_[j].e); });
+    runs2_.plan(jobs2_.size(), nthr, [&](size_t j) { return rows_of(jobs2_[j].e); });
+  }
   const size_t scr13 = gemm_scratch_floats(w13, max_t) + size_t(max_t) * kJobRows * 2 + 64;
   const size_t scr2 = gemm_scratch_floats(w2, max_t);
   const Activation act = cfg_.activation;
@@ -330,7 +332,7 @@ void CpuLayer::run_experts(ExpertSet& s, const Tensor& x, const Routed& r, std::
     }
 
     // 2. GEMM1 + activation
-    runs13_.run(streams, [&](size_t ji) {
+    runs13_.run(streams, jobs13_.size(), [&](size_t ji) {
       const auto [e, j] = jobs13_[ji];
       const int p0 = r.off[e], T = r.off[e + 1] - p0;
       float* scr = scratch_.get(scr13);
@@ -368,7 +370,7 @@ void CpuLayer::run_experts(ExpertSet& s, const Tensor& x, const Routed& r, std::
     }
 
     // 4. GEMM2
-    runs2_.run(streams, [&](size_t ji) {
+    runs2_.run(streams, jobs2_.size(), [&](size_t ji) {
       const auto [e, j] = jobs2_[ji];
       const int p0 = r.off[e], T = r.off[e + 1] - p0;
       GemmJob jb;

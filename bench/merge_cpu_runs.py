@@ -3,7 +3,10 @@
 CPU table: per (shape, scheme, M) the run with the lowest median time, with that run's own read
 bandwidth, floor and load average; ggml ratio (peer/qmoe, > 1: qmoe faster) and, per scheme, the
 geometric mean of the ratio over M in {8, 32, 128, 512}.
-Usage: bench/merge_cpu_runs.py FILE_OR_DIR... > table.md"""
+With --ggml FILE (bench/ggml/run.sh's JSON, measured on this machine), ggml's 2 x up + down comes
+from that file instead of the anchors.md figures compiled into the bench (the best of q4_0 / q4_K
+for int4-g32; q8_0 for int8; mxfp4; bf16; the median of each op).
+Usage: bench/merge_cpu_runs.py [--ggml GGML.json] FILE_OR_DIR... > table.md"""
 import glob
 import json
 import math
@@ -24,8 +27,38 @@ def load(paths):
     return rows
 
 
+GGML_TYPES = {"int4-g32": ["q4_0", "q4_K"], "int8": ["q8_0"], "mxfp4": ["mxfp4"], "bf16": ["bf16"]}
+
+
+def ggml_layers(path):
+    """(shape, scheme, m) -> (2 x up + down us, type) from bench/ggml/run.sh's JSON."""
+    ops = {}
+    for r in json.load(open(path)):
+        ops[(r["shape"], r["type"], r["m"], r["proj"])] = r["us"]
+    out = {}
+    for (shape, t, m, proj) in list(ops):
+        for scheme, types in GGML_TYPES.items():
+            if t not in types or proj != "up" or (shape, t, m, "down") not in ops:
+                continue
+            us = 2 * ops[(shape, t, m, "up")] + ops[(shape, t, m, "down")]
+            k = (shape, scheme, m)
+            if k not in out or us < out[k][0]:
+                out[k] = (us, t)
+    return out
+
+
 def main():
-    rows = load(sys.argv[1:])
+    args = sys.argv[1:]
+    ggml = None
+    if len(args) >= 2 and args[0] == "--ggml":
+        ggml = ggml_layers(args[1])
+        args = args[2:]
+    rows = load(args)
+    if ggml is not None:
+        for r in rows:
+            us, t = ggml.get((r["shape"], r["scheme"], r["m"]), (-1, ""))
+            r["peer_us"], r["peer"] = us, f"ggml {t} here" if us > 0 else ""
+            r["ratio_peer"] = us / r["us"] if us > 0 else -1
     # The dot peaks are register-only loops measured once per run: a run whose probe was preempted
     # reports a low peak. The machine's peak is the best any run measured; floors use it.
     peak_bf16 = max(r["bf16_gflops"] for r in rows)

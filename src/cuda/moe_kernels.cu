@@ -541,11 +541,22 @@ __global__ void reduce_kernel(const float* __restrict__ o, const float* __restri
   pdl_wait();
   pdl_trigger();
   const int64_t t = blockIdx.x;
+  const float* ot = o + t * top_k * h;
   for (int n = (blockIdx.y * blockDim.x + threadIdx.x) * 4; n < h; n += gridDim.y * blockDim.x * 4) {
     float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-    for (int k = 0; k < top_k; ++k) {
-      float4 v = *reinterpret_cast<const float4*>(o + (t * top_k + k) * h + n);
-      acc.x += v.x; acc.y += v.y; acc.z += v.z; acc.w += v.w;
+    // the slot rows' loads of up to 8 k in flight before their adds (still added in k order, so the
+    // sums are the same bits): one load per add in turn made a one-token layer's top-k sum a chain
+    // of top_k dependent L2 round trips (thirtieth session)
+    for (int k0 = 0; k0 < top_k; k0 += 8) {
+      float4 v[8];
+#pragma unroll
+      for (int i = 0; i < 8; ++i)
+        if (k0 + i < top_k) v[i] = *reinterpret_cast<const float4*>(ot + static_cast<int64_t>(k0 + i) * h + n);
+#pragma unroll
+      for (int i = 0; i < 8; ++i)
+        if (k0 + i < top_k) {
+          acc.x += v[i].x; acc.y += v[i].y; acc.z += v[i].z; acc.w += v[i].w;
+        }
     }
     if (shared != nullptr) {
       float4 v = *reinterpret_cast<const float4*>(shared + t * h + n);

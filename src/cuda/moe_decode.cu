@@ -864,7 +864,7 @@ __global__ void __launch_bounds__(kThreads90, dec90_min_blocks<F, MODE, R>())
   // GemmParams::q_rows (fp8 weights, mode 3, 8-row M-blocks): GEMM2's h rows in the model dtype,
   // quantized to e4m3 here with act_prep's arithmetic (moe_kernels.cu act_prep_vec_kernel: s =
   // max(amax, 1e-10) / 448 from the row's absolute maximum, or the static scale; each value
-  // RN-saturated to e4m3 after an IEEE division by s; fp16 operands), so no act_prep launch sits
+  // RN-saturated to e4m3 after the correctly rounded x / s; fp16 operands), so no act_prep launch sits
   // between the GEMMs. The row's maximum comes from GEMM1's epilogue (GemmParams::h_amax: an atomic
   // maximum per row over the stored 16-bit values, which act_prep(x) zeroed), so staging a row reads
   // only the block's K range of it (the fifteenth session's form found each row's maximum here, from
@@ -877,6 +877,21 @@ __global__ void __launch_bounds__(kThreads90, dec90_min_blocks<F, MODE, R>())
     using HT = typename Op::OutT;  // h as GEMM1 wrote it
     const int32_t* rows = p.sorted_ids + mb * R;
     const HT* hb = static_cast<const HT*>(p.a);
+    const int cpr = krange / 8;
+    auto chunk_src = [&](int idx) {
+      const int r = idx / cpr, c = idx - r * cpr;
+      return hb + static_cast<size_t>(rows[r] / p.a_row_div) * p.lda + kbase + c * 8;
+    };
+    auto chunk_live = [&](int idx) { return kbase + (idx % cpr) * 8 < p.k; };
+    // this thread's first chunk is loaded before the scales, so its latency overlaps the maxima's
+    // (one chunk per thread covers a one-token M-block's K range up to 2048 columns); the rest in
+    // the loop. H200 (thirtieth session): the trace had staging at 4.2-4.7 us of one-token
+    // qwen3-30b-a3b / deepseek-v3 GEMM2s against 1.6-1.8 us for rows act_prep had quantized; with
+    // this and RowDiv, fp8 qwen3-30b-a3b M = 1 / 16 1.04 / 1.02x, deepseek-v3 M = 1 1.01x (r4).
+    // (It costs the 3-blocks-per-SM instantiations an 8-byte spill of a pointer, reloaded once per
+    // M-block; the division alone spilled 16 bytes.)
+    uint4 u0 = make_uint4(0u, 0u, 0u, 0u);
+    if (tid < nvalid * cpr && chunk_live(tid)) u0 = *reinterpret_cast<const uint4*>(chunk_src(tid));
     if (tid < R) {
       float s = 0.f;
       if (tid < nvalid) {
@@ -888,19 +903,28 @@ __global__ void __launch_bounds__(kThreads90, dec90_min_blocks<F, MODE, R>())
       sQS[tid] = s;
     }
     asm volatile("bar.sync 1, %0;\n" ::"r"(kCT) : "memory");
-    const int cpr = krange / 8;
     for (int idx = tid; idx < nvalid * cpr; idx += kCT) {
       const int r = idx / cpr, c = idx - r * cpr;
-      const int kcol = kbase + c * 8;
       uint4 o = make_uint4(0u, 0u, 0u, 0u);
-      if (kcol < p.k) {
-        const uint4 u = *reinterpret_cast<const uint4*>(hb + static_cast<size_t>(rows[r] / p.a_row_div) * p.lda + kcol);
+      if (chunk_live(idx)) {
+        const uint4 u = idx == tid ? u0 : *reinterpret_cast<const uint4*>(chunk_src(idx));
         const HT* hv = reinterpret_cast<const HT*>(&u);
         const float s = sQS[r];
-        __half q[8];
+        // x / s correctly rounded (act_prep's IEEE division): RowDiv where it is exact for s
+        // (row_div.h; a one-token row's s = max(amax, 1e-10) / 448 always is), else the division
+        const RowDiv div(s);
+        float q[8];
+        if (RowDiv::safe(s)) {
 #pragma unroll
-        for (int j = 0; j < 8; ++j) q[j] = __float2half_rn(round_e4m3_sat(static_cast<float>(hv[j]) / s));
-        o = *reinterpret_cast<const uint4*>(q);
+          for (int j = 0; j < 8; ++j) q[j] = div(static_cast<float>(hv[j]));
+        } else {
+#pragma unroll
+          for (int j = 0; j < 8; ++j) q[j] = static_cast<float>(hv[j]) / s;
+        }
+        __half h8[8];
+#pragma unroll
+        for (int j = 0; j < 8; ++j) h8[j] = __float2half_rn(round_e4m3_sat(q[j]));
+        o = *reinterpret_cast<const uint4*>(h8);
       }
       *reinterpret_cast<uint4*>(sA + r * xstride + c * 16) = o;
     }

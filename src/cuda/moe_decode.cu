@@ -727,6 +727,10 @@ __global__ void __launch_bounds__(kThreads90, dec90_min_blocks<F, MODE, R>())
   uint64_t* sempty = sfull + 2;      // [2]: the consumers are done with them
   uint64_t* redfree = sempty + 2;    // the epilogue warps have read an item's K-group sums
   const int katoms = p.kp / KA;
+  // per-chunk scales / zero points from their item-contiguous copy (GemmParams::col_tiled; the
+  // launch passes it only where the chunks are the weight groups and the block's K range starts
+  // on a group): one bulk copy each per item instead of a 4-byte gather per lane and chunk
+  const bool tiled = per_chunk && p.col_tiled != nullptr;
 
   if (tid == 0) {
     for (int s = 0; s < stages; ++s) {
@@ -734,7 +738,8 @@ __global__ void __launch_bounds__(kThreads90, dec90_min_blocks<F, MODE, R>())
       mbar_init(&empty[s], kDecodeWarps);
     }
     for (int b = 0; b < 2; ++b) {
-      mbar_init(&sfull[b], 32);  // one cp.async-completion arrival per scale-producer lane
+      // one cp.async-completion arrival per scale-producer lane, or the bulk copies' expect_tx
+      mbar_init(&sfull[b], tiled ? 1 : 32);
       mbar_init(&sempty[b], kDecodeWarps);
     }
     mbar_init(redfree, kNT);
@@ -750,7 +755,18 @@ __global__ void __launch_bounds__(kThreads90, dec90_min_blocks<F, MODE, R>())
   const float zsym = F == WFmt::kU4 ? 8.f : 128.f;
   const float inv_kchunk = p.kchunk > 0 ? 1.f / static_cast<float>(p.kchunk) : 0.f;
   const auto idx_of = [](int k0, float inv) { return static_cast<int>(static_cast<float>(k0 + 8) * inv); };
+  const int g0t = tiled ? kbase / p.kchunk : 0;  // the block's first group (kbase is a multiple)
   auto stage_tile = [&](int e, int nb, int buf) {
+    if (tiled) {  // chunk c of the block is group g0t + c: nchb x 32 contiguous floats per table
+      if (lane == 0) {
+        const size_t off = ((static_cast<size_t>(e) * ntiles + nb) * p.kgt + g0t) * 32;
+        const uint32_t bytes = static_cast<uint32_t>(nchb) * 32 * 4;
+        mbar_expect_tx(&sfull[buf], hz ? 2 * bytes : bytes);
+        bulk_load(sCS + buf * nch * 32, p.col_tiled + off, bytes, &sfull[buf]);
+        if (hz) bulk_load(sZ + buf * nzch * 32, p.zero_tiled + off, bytes, &sfull[buf]);
+      }
+      return;
+    }
     const int r = lane;
     const int orow = orig_row(p, (nb * kNT + (r >> 4)) * 16 + (r & 15));
     const bool live = orow < p.n;
@@ -790,7 +806,8 @@ __global__ void __launch_bounds__(kThreads90, dec90_min_blocks<F, MODE, R>())
       const int buf = ti & 1;
       if (ti >= 2) mbar_wait(&sempty[buf], ((ti >> 1) - 1) & 1);
       stage_tile(expert_of(c.mb), c.nb, buf);
-      asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_u32(&sfull[buf])) : "memory");
+      if (!tiled)
+        asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(smem_u32(&sfull[buf])) : "memory");
       step(c);
       c = next_live(c);
     }
@@ -1203,6 +1220,65 @@ void launch_one(int slab_kt, const GemmParams& p, cudaStream_t s) {
   launch_kernel(kern, grid, dim3(kThreads), smem, s, p, slab_kt);
 }
 
+// Whether the bulk kernel copies this GEMM's per-chunk scales / zero points from the item-contiguous
+// tables (DevProj::scale_t): they exist (and the zero points' where there are zero points), the chunks
+// are the weight groups, and every K split starts on a group. QMOE_CUDA_D90_TILED_SCALES=0 keeps
+// the per-lane gathers (read per launch: A/B measurements, and the tests run both).
+bool decode_tiles_apply(const GemmParams& p, int mode) {
+  if (p.col_tiled == nullptr || (p.zero != nullptr && p.zero_tiled == nullptr)) return false;
+  if (mode != 1 || p.chunk >= p.kp || p.kchunk <= 0 || p.chunk != p.kchunk) return false;
+  if (p.splits > 1 && (p.ktiles_per_split * 64) % p.kchunk != 0) return false;
+  const char* v = std::getenv("QMOE_CUDA_D90_TILED_SCALES");
+  return v == nullptr || std::atoi(v) != 0;
+}
+
+// One thread per entry (e, tile, g, r) of the tables (DevProj::scale_t): the value the per-lane
+// gather of moe_decode90_kernel reads for prepared row 32 tile + r at chunk start g * kchunk.
+__global__ void decode_tiles_kernel(const float* __restrict__ scale, const float* __restrict__ zero, int E,
+                                    int ntiles, int kgt, int kg, int nsc, int n_div, int n, int interleaved,
+                                    int half, float zsym, float* __restrict__ st, float* __restrict__ zt) {
+  const int64_t total = static_cast<int64_t>(E) * ntiles * kgt * 32;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int r = static_cast<int>(i & 31);
+    const int64_t q = i >> 5;
+    const int g = static_cast<int>(q % kgt);
+    const int64_t et = q / kgt;
+    const int tile = static_cast<int>(et % ntiles);
+    const int e = static_cast<int>(et / ntiles);
+    const int prow = tile * 32 + r;
+    const int orow = interleaved ? interleaved_row(prow, half) : prow;
+    const bool live = orow < n;
+    st[i] = live && g < kg ? scale[(static_cast<int64_t>(e) * kg + g) * nsc + orow / n_div] : 0.f;
+    if (zt != nullptr) zt[i] = live ? zero[(static_cast<int64_t>(e) * kg + min(g, kg - 1)) * n + orow] : zsym;
+  }
+}
+
+}  // namespace
+
+void build_decode_tiles(DevProj& pr, int num_experts, int half) {
+  pr.scale_t = DevBuf();
+  pr.zero_t = DevBuf();
+  pr.kgt = 0;
+  if ((pr.fmt != WFmt::kU4 && pr.fmt != WFmt::kU8) || pr.g_idx.ptr != nullptr || pr.kchunk <= 0 ||
+      pr.kchunk >= pr.kp || pr.np % kDecodeTileN != 0 || pr.scale.ptr == nullptr || !decode90_available())
+    return;
+  const int kgt = (pr.kp + pr.kchunk - 1) / pr.kchunk;
+  const int ntiles = pr.np / kDecodeTileN;
+  const size_t entries = static_cast<size_t>(num_experts) * ntiles * kgt * 32;
+  pr.scale_t = DevBuf(entries * 4);
+  if (pr.zero.ptr != nullptr) pr.zero_t = DevBuf(entries * 4);
+  pr.kgt = kgt;
+  const int blocks = static_cast<int>(std::min<size_t>((entries + 255) / 256, 65535));
+  decode_tiles_kernel<<<blocks, 256>>>(pr.scale.as<float>(), pr.zero.as<float>(), num_experts, ntiles, kgt, pr.kg,
+                                       pr.nsc, pr.n_div, pr.n, pr.interleaved ? 1 : 0, half,
+                                       pr.fmt == WFmt::kU4 ? 8.f : 128.f, pr.scale_t.as<float>(),
+                                       pr.zero_t.as<float>());
+  QMOE_CUDA_LAUNCH_OK();
+}
+
+namespace {
+
 // Atoms per warp slab and the shared memory of one block of the sm_90 kernel for this GEMM.
 struct Dec90Plan {
   int slab_atoms = 0, stages = kStages90, red_bufs = 1;
@@ -1318,6 +1394,8 @@ void launch_one90(int slab_kt, int max_rows, const GemmParams& p, cudaStream_t s
     QMOE_CUDA_OK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, L.total));
     smem_set = L.total;
   }
+  GemmParams q = p;
+  if (!decode_tiles_apply(p, MODE)) q.col_tiled = q.zero_tiled = nullptr;
   // one wave of blocks per K split; each walks an equal share of the (M-block, tile) items. The
   // occupancy query runs once per shared-memory size (cached per instantiation: smem << 8 | blocks).
   static std::atomic<int64_t> occ{-1};
@@ -1336,7 +1414,7 @@ void launch_one90(int slab_kt, int max_rows, const GemmParams& p, cudaStream_t s
   }
   blocks = std::min(blocks, items);
   dim3 grid(static_cast<unsigned>(blocks), 1, p.splits);
-  launch_kernel(kern, grid, dim3(kThreads90), L.total, s, p, slab_atoms, max_rows, d.stages, d.red_bufs);
+  launch_kernel(kern, grid, dim3(kThreads90), L.total, s, q, slab_atoms, max_rows, d.stages, d.red_bufs);
 #ifdef QMOE_D90_TRACE
   g_d90_grid[(p.stage - 1) & 1] = static_cast<int>(blocks * p.splits);
 #endif

@@ -305,6 +305,7 @@ DevExperts prepare(const ExpertWeights& w, Activation activation, bool int8_plai
     repack(tmp.ptr, bits, E, N, K, is_w13, I, pr, int8_plain && !pw.zero_point.defined());
     QMOE_CUDA_OK(cudaDeviceSynchronize());
     prepare_aux(w, pw, is_w13, pr);
+    build_decode_tiles(pr, E, I);
   };
   one(w.w13, true, d.w13);
   one(w.w2, false, d.w2);
@@ -412,6 +413,7 @@ DevExperts prepare_random(const MoeScheme& scheme, int E, int H, int I, int grou
       for (size_t i = 0; i < b.size(); ++i) b[i] = scale_val(i) - 0.05f;
       pr.bias = upload(b);
     }
+    build_decode_tiles(pr, E, I);
   };
   one(true, d.w13);
   one(false, d.w2);

@@ -350,6 +350,76 @@ TEST(CudaDecode, BulkSlabsBalanceTheWarps) {
   }
 }
 
+
+// ---- the bulk (sm_90) decode kernel's per-chunk scales / zero points from their item-contiguous
+//      tables (DevProj::scale_t, one bulk copy per item) against its per-lane gathers
+//      (QMOE_CUDA_D90_TILED_SCALES=0): bit-identical outputs (the same values reach the same
+//      shared-memory slots), both within the reference's tolerance. int4 g128 / g32 (chunks that
+//      end inside atoms) / g64 with zero points and fp16, int8 g128 with zero points, W4A8 int8 g64
+//      with zero points; the sweep layer (K = 776: the last group ends in the padding; N = 776 and
+//      2I = 400 not multiples of 32: rows past N in the last tile), one and about 3 items per block,
+//      routing with an unused expert; then K split over the grid (g64 with zero points: GEMM1 K =
+//      4360 split at M = 3, GEMM2 K = 1032 split at M = 1; each split's tables start at its first
+//      group) ----
+TEST(CudaDecode, TiledScalesMatchGathers) {
+  SKIP_WITHOUT_GPU();
+  if (!cuda::decode90_available() || decode_off()) GTEST_SKIP() << "the sm_90 bulk decode kernel does not run here";
+  auto run_both = [&](const cuda::DevExperts& ex, const ExpertWeights& w, const MoeConfig& cfg, int64_t m, int k,
+                      int E, int H, uint64_t seed, int mode, const std::string& what) {
+    ASSERT_GT(ex.w13.kgt, 0) << what << ": no tables were built";
+    ASSERT_NE(ex.w13.scale_t.ptr, nullptr) << what;
+    ASSERT_EQ(ex.w13.zero_t.ptr != nullptr, ex.w13.zero.ptr != nullptr) << what;
+    const std::string kern = cuda::forward_kernels(ex, m, k);
+    EXPECT_NE(kern.find("gemm1=decode90"), std::string::npos) << what << ": " << kern;
+    EXPECT_NE(kern.find("gemm2=decode90"), std::string::npos) << what << ": " << kern;
+    Tensor x = test::random_tensor(w.act_dtype, {m, H}, seed);
+    Routing r = random_routing(m, k, E, seed + 1, mode);
+    Tensor got[2];
+    for (int t = 0; t < 2; ++t) {
+      test::ScopedEnv env("QMOE_CUDA_D90_TILED_SCALES", t == 0 ? "0" : "1");
+      got[t] = run_device(ex, nullptr, x, r, false);
+    }
+    ASSERT_EQ(got[0].nbytes(), got[1].nbytes());
+    EXPECT_EQ(std::memcmp(got[0].raw(), got[1].raw(), got[0].nbytes()), 0)
+        << what << ": tiled scales differ from the gathers (" << kern << ")";
+    Tensor want = ref::reference_forward_routed(w, cfg, nullptr, x, r.w, r.ids);
+    const Tol tl = tol_for(w);
+    test::expect_close_rms(got[1], want, tl.c, tl.nmse, str(what, " (", kern, ")"), /*require_nonzero=*/true);
+  };
+  std::vector<Case> cases;
+  for (const Case& c : decode_schemes())
+    if (c.name == "int4_g128_sym" || c.name == "int4_g32_asym" || c.name == "int4_g64_asym_fp16" ||
+        c.name == "int8_g128_asym" || c.name == "w4a8_int8_g64_asym")
+      cases.push_back(c);
+  ASSERT_EQ(cases.size(), 5u);
+  uint64_t seed = 9100;
+  for (const Case& c : cases) {
+    const test::SweepLayer l = test::sweep_layer(c.spec, seed);
+    for (int pass = 0; pass < 2; ++pass) {
+      test::ScopedEnv tiles;
+      if (pass == 1) tiles.set("QMOE_CUDA_DECODE90_TILES", "3");
+      for (int64_t m : {1, 3}) {
+        seed += 2;
+        run_both(l.ex, l.w, l.cfg, m, l.k, l.E, l.H, seed, 0, str(c.name, " pass ", pass, " M=", m));
+      }
+      seed += 2;
+      run_both(l.ex, l.w, l.cfg, 5, l.k, l.E, l.H, seed, 2, str(c.name, " pass ", pass, " expert 3 unused M=5"));
+    }
+  }
+  ref::SchemeSpec s;
+  s.kind = SchemeKind::kWNA16; s.bits = 4; s.group_size = 64; s.symmetric = false; s.bias = true;
+  const int E = 2, H = 4360, I = 1032;
+  ExpertWeights w = make_weights(s, E, H, I, 9300);
+  cuda::DevExperts ex = cuda::prepare(w, Activation::kSwigluOai);
+  const MoeConfig cfg = config(E, 1, Activation::kSwigluOai);
+  test::ScopedEnv direct("QMOE_CUDA_DIRECT", "0");  // align's 8-row blocks: GEMM1 splits at M = 3
+  for (int64_t m : {1, 3}) {
+    const std::string kern = cuda::forward_kernels(ex, m, 1);
+    const std::string sp = split_of(kern, m == 1 ? "gemm2=decode" : "gemm1=decode");
+    EXPECT_TRUE(!sp.empty() && sp != "1") << kern;  // split (64-column groups: every split starts on one)
+    run_both(ex, w, cfg, m, 1, E, H, 9301 + 2 * m, 0, str("int4_g64_asym split M=", m));
+  }
+}
 // ---- expert parallelism (non-local experts skipped), Llama 4 weight-on-input + shared expert,
 //      gelu with biases ----
 TEST(CudaDecode, ExpertParallelLlama4AndBias) {

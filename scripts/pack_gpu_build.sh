@@ -3,7 +3,8 @@
 # machine (the tree that travels there is capped at 64 MiB, tracked files included):
 #   scripts/pack_gpu_build.sh [--build] [BUILD_DIR] [DEST]      (defaults: build-cuda, build-gpu-carry)
 #     copies test_cuda, test_c_api, qmoe and libqmoe_c.so, strips them and stores them as
-#     DEST/pack.tar.xz (the kernels' SASS compresses about 3x); prints the sizes. --build first
+#     DEST/pack.tar.xz (xz -9e in one thread: its 64 MiB window spans the four files, whose kernels
+#     are alike, so about 17 MiB where -6 in threads gave 45); prints the sizes. --build first
 #     builds those targets in BUILD_DIR; without it, binaries older than a source are reported.
 #   scripts/pack_gpu_build.sh --unpack [DEST]                   (on the GPU machine)
 #     extracts DEST/pack.tar.xz into DEST, after which: scripts/gpu_tests.sh DEST
@@ -73,7 +74,7 @@ for f in $FILES; do
   strip --strip-unneeded "$DEST/staging/$f"  # host symbols only; the fatbins stay
   present="$present $f"
 done
-tar -C "$DEST/staging" -cf - $present | xz -6 -T2 > "$DEST/pack.tar.xz"
+tar -C "$DEST/staging" -cf - $present | xz -9e > "$DEST/pack.tar.xz"
 rm -rf "$DEST/staging"
 
 tracked=$(git ls-files -z | xargs -0 du -cb 2>/dev/null | tail -1 | cut -f1)

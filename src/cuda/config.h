@@ -5,6 +5,7 @@
 // C++17-clean: included by .cu files.
 #pragma once
 #include <cstddef>
+#include <algorithm>
 #include <cstdint>
 
 namespace qmoe::cuda {
@@ -114,7 +115,25 @@ inline int decode_slab_ktiles(int chunk, int k) {
 // M-block holds one row), or when the grid would put less than ~2 blocks on each SM and every
 // split keeps >= 8 k-tiles (GEMM2-like shapes; GEMM1 pays an extra memset + act_finish launch
 // for a split, so splitting for fill is left to `fill_splits`).
-inline DecodeConfig select_decode(const GemmProblem& p, bool fill_splits, int max_k = kDecodeMaxK) {
+// Per-item cost of the bulk decode kernel beyond its K range, in k-tiles (the K-group reduction over
+// the warps, the epilogue, the scale wait; a fit of the thirtieth session's trace, docs/perf.md: an
+// item of qwen3-30b-a3b took ~0.66 us + 0.058 us per k-tile, i.e. ~11 k-tiles). 16: with 8, the rule
+// also split gpt-oss-120b's GEMM2 at one token in two (3 items of 24 k-tiles per block against 2 of
+// 46), measured 0.95x on int4 (thirty-third session, r3).
+constexpr int kDecodeItemCostKt = 16;
+inline int64_t decode_walk(int64_t items, int kt, int splits, int64_t resident) {
+  const int64_t per_split = std::max<int64_t>(1, resident / splits);
+  return (items + per_split - 1) / per_split * (kt + kDecodeItemCostKt);
+}
+// balanced: after the fill rule, 4-bit weights take more splits where they shorten the longest walk
+// by >= 5% (decode_walk, two resident blocks per SM): e.g. llama4-scout's GEMM2 at one token, 160
+// column tiles of 128 k-tiles: 2 splits walk 2 items of 64 each, 3 splits 2 items of 44. Measured on
+// the H200 (docs/perf.md, thirty-third session, r3): llama4-scout M = 1 int4 / int4-g32 / MXFP4 /
+// NVFP4A16 / W4A8-fp8 1.06-1.08x; its bf16 / fp8 rows 0.97 / 0.96x (their items stream at the
+// bandwidth already; the third split's partial sums cost more than the walk saves): 16- and 8-bit
+// weights keep the fill rule.
+inline DecodeConfig select_decode(const GemmProblem& p, bool fill_splits, int max_k = kDecodeMaxK,
+                                  bool balanced = true) {
   DecodeConfig c;
   const int64_t slots = p.m * p.top_k;
   const int64_t touched = slots < p.num_experts ? slots : p.num_experts;
@@ -140,6 +159,14 @@ inline DecodeConfig select_decode(const GemmProblem& p, bool fill_splits, int ma
     const int64_t mblocks = touched * ((rows_per_expert + c.rows - 1) / c.rows);
     const int64_t blocks = mblocks * ((p.n + kDecodeTileN - 1) / kDecodeTileN);
     while (blocks * s < 2LL * p.num_sms && s < 16 && ktiles / (2 * s) >= 8) s *= 2;
+    if (balanced && wfmt_bits(p.wfmt) == 4) {
+      const int64_t resident = 2LL * p.num_sms;
+      auto walk = [&](int t) { return decode_walk(blocks, kps(t), (ktiles + kps(t) - 1) / kps(t), resident); };
+      int best = s;
+      for (int t = s + 1; t <= 16 && ktiles / t >= 8; ++t)
+        if (walk(t) * 20 <= walk(best) * 19) best = t;
+      s = best;
+    }
   }
   c.ktiles_per_split = kps(s);
   c.splits = (ktiles + c.ktiles_per_split - 1) / c.ktiles_per_split;  // no empty split

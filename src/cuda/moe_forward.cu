@@ -108,6 +108,10 @@ int wq_tn_env() { return env_int("QMOE_CUDA_WQ_TN", 0); }
 // Direct routing for one token on the bulk decode kernel (no align); QMOE_CUDA_DIRECT=0 keeps align
 // (measurements; read per plan).
 bool direct_on() { return env_on("QMOE_CUDA_DIRECT"); }
+// GEMM2's K splits on the decode kernels: more splits where they shorten the longest block walk
+// (config.h select_decode, balanced); QMOE_CUDA_FILL_BALANCE=0 keeps the doubling fill rule alone
+// (measurements; read per plan).
+bool fill_balance_on() { return env_on("QMOE_CUDA_FILL_BALANCE"); }
 // fp8 (mode 3) GEMM2 on the bulk decode kernel quantizes h while staging it (GemmParams::q_rows):
 // no act_prep launch between the GEMMs, where config.h select_h_quant_in_gemm2 takes it;
 // QMOE_CUDA_H_QUANT_IN_GEMM2=0 / 1: never / wherever it can run (measurements, tests; read per forward).
@@ -399,7 +403,7 @@ struct ExpertsPlan {
       d1 = select_decode({m, top_k, ex.num_experts, ex.w13.np, ex.hidden, ex.fmt, sms, chunk_of(ex.w13, ex.act_quant)},
                          false);
       d2 = select_decode({m, top_k, ex.num_experts, ex.hidden, ex.intermediate, ex.fmt, sms,
-                          chunk_of(ex.w2, ex.act_quant)}, true);
+                          chunk_of(ex.w2, ex.act_quant)}, true, kDecodeMaxK, fill_balance_on());
       dec = d1.use;
       if (dec) {
         dec_r = d1.rows;

@@ -216,6 +216,48 @@ TEST_P(DecodeSweep, MatchesReferenceAtSmallM) {
 INSTANTIATE_TEST_SUITE_P(DecodeFormats, DecodeSweep, ::testing::Range(0, static_cast<int>(decode_schemes().size())),
                          [](const auto& info) { return decode_schemes()[info.param].name; });
 
+// ---- GEMM2's K split by the balanced fill rule (config.h select_decode): E = 4, top-1, M = 1,
+//      H = 5000 (157 column tiles), I = 3000 (47 k-tiles): the doubling rule splits in two (2 items of
+//      24 k-tiles per block), the balanced one, for 4-bit weights, in three (2 items of 16); fp32
+//      partials of three splits add atomically in a run-dependent order, so the reference decides
+//      (both rules; fp8 / bf16 as the control: two splits either way) ----
+TEST(CudaDecode, BalancedGemm2Splits) {
+  SKIP_WITHOUT_GPU();
+  if (decode_off()) GTEST_SKIP() << "decode kernels off (QMOE_CUDA_DECODE=0)";
+  for (int kind = 0; kind < 4; ++kind) {
+    ref::SchemeSpec s;
+    std::string name;
+    if (kind == 0) { s.kind = SchemeKind::kWNA16; s.bits = 4; s.group_size = 128; s.symmetric = false; name = "int4_g128_asym"; }
+    if (kind == 1) { s.kind = SchemeKind::kNVFP4A16; s.group_size = 16; name = "nvfp4a16"; }
+    if (kind == 2) {
+      s.kind = SchemeKind::kFP8W8A8; s.fp8_strategy = Strategy::kChannel; s.act = ActQuant::kFP8Token; name = "fp8";
+    }
+    if (kind == 3) {  // 16-bit weights decode on the sm_90 bulk kernel only
+      if (!cuda::decode90_available()) continue;
+      s.kind = SchemeKind::kUnquantized; s.act_dtype = DType::kBF16; name = "bf16";
+    }
+    s.bias = kind != 3;
+    const int E = 4, H = 5000, I = 3000;
+    ExpertWeights w = make_weights(s, E, H, I, 880 + kind);
+    cuda::DevExperts ex = cuda::prepare(w, Activation::kSiluMul);
+    const MoeConfig cfg = config(E, 1, Activation::kSiluMul);
+    Tensor x = test::random_tensor(w.act_dtype, {1, H}, 881 + kind);
+    Routing r = random_routing(1, 1, E, 882 + kind);
+    test::ScopedEnv env;
+    for (const char* bal : {"1", "0"}) {
+      env.set("QMOE_CUDA_FILL_BALANCE", bal);
+      const std::string kern = cuda::forward_kernels(ex, 1, 1);
+      if (kern.find("gemm2=decode") == std::string::npos) {
+        ADD_FAILURE() << name << ": expected GEMM2 on a decode kernel: " << kern;
+        continue;
+      }
+      // 16- and 8-bit weights keep the doubling rule (config.h select_decode)
+      EXPECT_EQ(split_of(kern, "gemm2=decode"), bal[0] == '1' && kind < 2 ? "3" : "2") << name << ": " << kern;
+      check(ex, w, nullptr, nullptr, cfg, x, r, false, str("balanced splits ", name, " balance=", bal, " (", kern, ")"));
+    }
+  }
+}
+
 // ---- K split over the grid: GEMM1 K = 4360 > kDecodeMaxK (partial sums + act_finish) and GEMM2
 //      K = 1032 split for grid fill at M = 1 (atomics, bias added by split 0 only); swigluoai ----
 TEST(CudaDecode, GridSplitK) {

@@ -156,7 +156,9 @@ TEST(SelectDecode, FillSplitsOnlyShortGrids) {
   // qwen3 GEMM2 at M = 1: 8 experts x 64 column blocks = 512 blocks: no split
   EXPECT_EQ(select_decode(dprob(1, 8, 128, 2048, 768, WFmt::kU4, 128), true).splits, 1);
   // llama4-scout GEMM2 at M = 1: 160 blocks, K = 8192 -> 2 for the K cap, then 320 blocks >= 264
-  EXPECT_EQ(select_decode(dprob(1, 1, 16, 5120, 8192, WFmt::kU4, 128), true).splits, 2);
+  // (the doubling rule alone); the balanced rule takes 3 (2 items of 44 k-tiles per block, not 64)
+  EXPECT_EQ(select_decode(dprob(1, 1, 16, 5120, 8192, WFmt::kU4, 128), true, kDecodeMaxK, false).splits, 2);
+  EXPECT_EQ(select_decode(dprob(1, 1, 16, 5120, 8192, WFmt::kU4, 128), true).splits, 3);
   // llama4-scout GEMM1 at M = 1 (no fill splits): K = 5120 -> 2
   EXPECT_EQ(select_decode(dprob(1, 1, 16, 16384, 5120, WFmt::kU4, 128), false).splits, 2);
   // mixtral GEMM2 at M = 1: 2 experts x 128 blocks, K = 14336 -> 4 for the cap; fill stops there
@@ -168,6 +170,53 @@ TEST(SelectDecode, FillSplitsOnlyShortGrids) {
   EXPECT_EQ(select_decode(dprob(1, 1, 4, 64, 1024, WFmt::k16, 1 << 30), true).splits, 2);  // 16 k-tiles
 }
 
+// The balanced fill rule (select_decode's last argument): never fewer splits than the doubling
+// rule, a model walk (decode_walk) no longer than its, splits that cover K with whole slabs under the
+// cap, each keeping >= 8 k-tiles where it added splits; and the rows it is for.
+TEST(SelectDecode, BalancedFillShortensTheWalk) {
+  // gpt-oss-120b GEMM2 at M = 1: 4 experts x 90 column tiles = 360 items, K = 2880 (45 k-tiles):
+  // one split walks 2 items of 46 k-tiles, two walk 3 of 24: with the per-item cost no shorter
+  EXPECT_EQ(select_decode(dprob(1, 4, 128, 2880, 2880, WFmt::kU4, 128), true, kDecodeMaxK, false).splits, 1);
+  EXPECT_EQ(select_decode(dprob(1, 4, 128, 2880, 2880, WFmt::kU4, 128), true).splits, 1);
+  // 4-bit weights only: llama4-scout's GEMM2 at M = 1 on MXFP4 / NVFP4 as int4, on fp8 / bf16 as before
+  EXPECT_EQ(select_decode(dprob(1, 1, 16, 5120, 8192, WFmt::kMX4, 32), true).splits, 3);
+  EXPECT_EQ(select_decode(dprob(1, 1, 16, 5120, 8192, WFmt::kNV4, 16), true).splits, 3);
+  EXPECT_EQ(select_decode(dprob(1, 1, 16, 5120, 8192, WFmt::kFP8, 1 << 30), true).splits, 2);
+  EXPECT_EQ(select_decode(dprob(1, 1, 16, 5120, 8192, WFmt::k16, 1 << 30), true).splits, 2);
+  // mixtral-8x7b GEMM2 at M = 1 (K = 14336, 4 splits for the cap): more splits walk no shorter
+  EXPECT_EQ(select_decode(dprob(1, 2, 8, 4096, 14336, WFmt::kU4, 128), true).splits, 4);
+  // deepseek-v3 / qwen3-30b-a3b GEMM2 at M = 1 and M = 16: long grids stay whole
+  EXPECT_EQ(select_decode(dprob(1, 8, 256, 7168, 2048, WFmt::kU4, 128), true).splits, 1);
+  EXPECT_EQ(select_decode(dprob(16, 8, 128, 2048, 768, WFmt::kU4, 128), true).splits, 1);
+  for (int64_t m : {1, 2, 4, 16}) {
+    for (int topk : {1, 2, 4, 8}) {
+      for (int n : {64, 200, 2048, 2880, 5120, 7168}) {
+        for (int k : {512, 776, 2048, 2880, 4104, 8192, 14336}) {
+          for (int chunk : {32, 128, 1 << 30}) {
+            const GemmProblem p = dprob(m, topk, 16, n, k, WFmt::kU4, chunk);
+            const DecodeConfig a = select_decode(p, true, kDecodeMaxK, false);
+            const DecodeConfig b = select_decode(p, true);
+            const std::string what = "m " + std::to_string(m) + " topk " + std::to_string(topk) + " n " +
+                                     std::to_string(n) + " k " + std::to_string(k) + " chunk " + std::to_string(chunk);
+            const int ktiles = (k + 63) / 64;
+            ASSERT_GE(b.splits, a.splits) << what;
+            EXPECT_EQ(b.ktiles_per_split % b.slab_ktiles, 0) << what;
+            EXPECT_LE(b.ktiles_per_split * 64, kDecodeMaxK) << what;
+            EXPECT_GE(static_cast<int64_t>(b.splits) * b.ktiles_per_split, ktiles) << what;
+            EXPECT_LT(static_cast<int64_t>(b.splits - 1) * b.ktiles_per_split, ktiles) << what;
+            if (b.splits > a.splits) EXPECT_GE(ktiles / b.splits, 8) << what;
+            const int64_t slots = m * topk, touched = std::min<int64_t>(slots, 16);
+            const int64_t per_expert = (slots + touched - 1) / touched;
+            const int64_t items = touched * ((per_expert + b.rows - 1) / b.rows) * ((n + 31) / 32);
+            EXPECT_LE(decode_walk(items, b.ktiles_per_split, b.splits, 2 * 132),
+                      decode_walk(items, a.ktiles_per_split, a.splits, 2 * 132)) << what;
+          }
+        }
+      }
+    }
+  }
+}
+
 // One staged row per M-block (one token, direct routing): with the K cap kDecodeMaxK1 (forward()
 // uses it for GEMM1) K is not split for staging (llama4-scout K = 5120, deepseek-v3 K = 7168 at
 // M = 1), only for grid fill where fill splits are asked for (llama4-scout 160 column blocks -> 2;
@@ -176,7 +225,8 @@ TEST(SelectDecode, OneRowBlocksSplitOnlyForFill) {
   EXPECT_EQ(select_decode(dprob(1, 1, 16, 16384, 5120, WFmt::kU4, 128), false, kDecodeMaxK1).splits, 1);
   EXPECT_EQ(select_decode(dprob(1, 8, 256, 4096, 7168, WFmt::kFP8, 1 << 30), false, kDecodeMaxK1).splits, 1);
   EXPECT_EQ(select_decode(dprob(1, 8, 256, 4096, 7168, WFmt::kFP8, 1 << 30), false).splits, 2);
-  EXPECT_EQ(select_decode(dprob(1, 1, 16, 5120, 8192, WFmt::kU4, 128), true, kDecodeMaxK1).splits, 2);
+  EXPECT_EQ(select_decode(dprob(1, 1, 16, 5120, 8192, WFmt::kU4, 128), true, kDecodeMaxK1, false).splits, 2);
+  EXPECT_EQ(select_decode(dprob(1, 1, 16, 5120, 8192, WFmt::kU4, 128), true, kDecodeMaxK1).splits, 3);
   const DecodeConfig mx = select_decode(dprob(1, 2, 8, 4096, 14336, WFmt::k16, 1 << 30), true, kDecodeMaxK1);
   EXPECT_EQ(mx.splits, 2);
   EXPECT_EQ(mx.ktiles_per_split, 112);

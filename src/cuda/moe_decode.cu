@@ -629,6 +629,21 @@ constexpr int dec90_reg_blocks(WFmt f, int mode, int rows) {
 template <WFmt F, int MODE, int R>
 constexpr int dec90_min_blocks() { return dec90_reg_blocks(F, MODE, R); }
 
+// This block's share of GemmParams::zero_out, by `nt` threads (t = 0 .. nt - 1): whole float4s split
+// evenly over the grid's blocks, the last count % 4 floats by block 0. Called after pdl_wait.
+__device__ __forceinline__ void zero_out_share(const GemmParams& p, int t, int nt) {
+  if (p.zero_out == nullptr) return;
+  const int64_t nb = static_cast<int64_t>(gridDim.x) * gridDim.y * gridDim.z;
+  const int64_t b = blockIdx.x + static_cast<int64_t>(gridDim.x) * (blockIdx.y + static_cast<int64_t>(gridDim.y) * blockIdx.z);
+  const int64_t n4 = p.zero_count >> 2;
+  const int64_t per = (n4 + nb - 1) / nb;
+  const int64_t i1 = min(n4, (b + 1) * per);
+  float4* o4 = reinterpret_cast<float4*>(p.zero_out);
+  for (int64_t i = b * per + t; i < i1; i += nt) o4[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+  if (b == 0)
+    for (int64_t i = (n4 << 2) + t; i < p.zero_count; i += nt) p.zero_out[i] = 0.f;
+}
+
 // R: rows per M-block, 8 (one n8 token operand) or 16 (two: 5-16 rows per expert; each dequantized
 // weight fragment feeds two mma, so the weights are streamed once for up to 16 tokens).
 template <class Op, WFmt F, int MODE, int R>
@@ -674,6 +689,7 @@ __global__ void __launch_bounds__(kThreads90, dec90_min_blocks<F, MODE, R>())
   const int item1 = static_cast<int>(static_cast<int64_t>(blockIdx.x + 1) * total / gridDim.x);
   if (item0 >= item1) {
     pdl_wait();
+    zero_out_share(p, threadIdx.x, blockDim.x);
     return;
   }
   // cursor over the items: index and (M-block, tile), advanced without divisions (ncu: the integer
@@ -701,6 +717,7 @@ __global__ void __launch_bounds__(kThreads90, dec90_min_blocks<F, MODE, R>())
   const int kt1 = min(ktiles, kt0 + p.ktiles_per_split);
   if (kt0 >= kt1) {
     pdl_wait();
+    zero_out_share(p, threadIdx.x, blockDim.x);
     return;
   }
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -848,6 +865,7 @@ __global__ void __launch_bounds__(kThreads90, dec90_min_blocks<F, MODE, R>())
   if (tid == 0) QMOE_D90_T(1, d90_gtimer());
   pdl_trigger();
   constexpr int kCT = kDecodeWarps * 32;  // consumer threads
+  zero_out_share(p, tid, kCT);
   const int xstride = krange_alloc * 2 + 16;
   // rows of M-block mb over the K range (zero past k) and their row scales per chunk
   auto stage_rows = [&](int mb, int e, int nvalid) {
@@ -1205,6 +1223,7 @@ __global__ void __launch_bounds__(kThreads90, dec90_min_blocks<F, MODE, R>())
 
 template <class Op, WFmt F, int MODE>
 void launch_one(int slab_kt, const GemmParams& p, cudaStream_t s) {
+  QMOE_CHECK(p.zero_out == nullptr, kInternal, "moe_decode: zero_out is the sm_90 bulk kernel's (GEMM1 before a split GEMM2)");
   const int krange = p.ktiles_per_split * 64;
   const int smem = std::max(kDecodeRows * (krange * 2 + 16), kDecodeWarps * kNT * 4 * 32 * 4);
   QMOE_CHECK(smem <= 200 * 1024, kInternal, "moe_decode: K range ", krange, " per block is too long");

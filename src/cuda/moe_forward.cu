@@ -108,6 +108,9 @@ int wq_tn_env() { return env_int("QMOE_CUDA_WQ_TN", 0); }
 // Direct routing for one token on the bulk decode kernel (no align); QMOE_CUDA_DIRECT=0 keeps align
 // (measurements; read per plan).
 bool direct_on() { return env_on("QMOE_CUDA_DIRECT"); }
+// A K-split GEMM2's output zeroed by a bulk-kernel GEMM1 (GemmParams::zero_out); QMOE_CUDA_O_BY_GEMM1=0:
+// by a memset before the layer (measurements, tests; read per forward).
+bool o_by_gemm1_on() { return env_on("QMOE_CUDA_O_BY_GEMM1"); }
 // GEMM2's K splits on the decode kernels: more splits where they shorten the longest block walk
 // (config.h select_decode, balanced); QMOE_CUDA_FILL_BALANCE=0 keeps the doubling fill rule alone
 // (measurements; read per plan).
@@ -724,7 +727,11 @@ void run_experts(const DevExperts& ex, const ExpertsPlan& pl, const void* x, con
   // align follow each other directly (programmatic dependent launch, device_common.cuh)
   if (pl.c1.splits > 1)
     QMOE_CUDA_OK(cudaMemsetAsync(pl.partial, 0, static_cast<size_t>(pl.numel) * ex.w13.np * 4, s));
-  if (pl.c2.splits > 1 || emap != nullptr)
+  // (GEMM2 split over K on decode kernels after a bulk-kernel GEMM1: that GEMM1 clears o,
+  // GemmParams::zero_out, so no memset node precedes the layer; QMOE_CUDA_O_BY_GEMM1=0: the memset)
+  const bool o_by_g1 = pl.c2.splits > 1 && emap == nullptr && pl.dec && pl.dec90_1 &&
+                       (reinterpret_cast<uintptr_t>(pl.o) & 15) == 0 && o_by_gemm1_on();
+  if ((pl.c2.splits > 1 || emap != nullptr) && !o_by_g1)
     QMOE_CUDA_OK(cudaMemsetAsync(pl.o, 0, static_cast<size_t>(pl.numel) * H * 4, s));
   if (!pl.direct) {
     launch_align(topk_ids, static_cast<int>(pl.numel), emap, ex.num_experts, pl.bm, pl.cap, pl.sorted, pl.eids,
@@ -799,6 +806,10 @@ void run_experts(const DevExperts& ex, const ExpertsPlan& pl, const void* x, con
   // align's outputs are complete once the kernel before GEMM1 has waited: true when act_prep ran
   g1.ids_ready = pl.prep_a ? 1 : 0;
   if (q_in_g2 && qa == 1) g1.h_amax = pl.h_amax;
+  if (o_by_g1) {
+    g1.zero_out = pl.o;
+    g1.zero_count = pl.numel * H;
+  }
   if (pl.dec) {
     g1.ktiles_per_split = pl.d1.ktiles_per_split;
     launch_moe_decode(f16, ex.fmt, mode_of(ex.w13, ex.act_quant), pl.d1.slab_ktiles, pl.dec_rows(), pl.dec90_1, pl.dec_r,

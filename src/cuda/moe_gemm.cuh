@@ -56,6 +56,11 @@ struct GemmParams {
   float* h_amax = nullptr;
   int chunk = 1 << 30;              // accumulation chunk along K (multiple of 16)
   int ids_ready = 0;               // expert ids / num_post complete before pdl_wait (decode90 streams early)
+  // GEMM1 on the sm_90 bulk decode kernel before a K-split GEMM2: GEMM2's fp32 output [zero_count],
+  // zeroed by this kernel's blocks after their programmatic wait (every earlier kernel of the stream
+  // has ended then) instead of by a memset node before the layer; 16-byte aligned (moe_forward.cu)
+  float* zero_out = nullptr;
+  int64_t zero_count = 0;
   int splits = 1, ktiles_per_split = 0;
   // epilogue
   int stage = 1;                    // 1: GEMM1 + activation, 2: GEMM2 + router weight

@@ -244,8 +244,11 @@ TEST(CudaDecode, BalancedGemm2Splits) {
     Tensor x = test::random_tensor(w.act_dtype, {1, H}, 881 + kind);
     Routing r = random_routing(1, 1, E, 882 + kind);
     test::ScopedEnv env;
-    for (const char* bal : {"1", "0"}) {
+    // GEMM2's output zeroed by GEMM1 (the default) and by a memset (QMOE_CUDA_O_BY_GEMM1=0); each
+    // forward's workspace is poisoned with NaN first (run_device), so an o not cleared fails
+    for (const char* bal : {"1", "0", "1"}) {
       env.set("QMOE_CUDA_FILL_BALANCE", bal);
+      env.set("QMOE_CUDA_O_BY_GEMM1", bal == std::string("0") ? "0" : "1");
       const std::string kern = cuda::forward_kernels(ex, 1, 1);
       if (kern.find("gemm2=decode") == std::string::npos) {
         ADD_FAILURE() << name << ": expected GEMM2 on a decode kernel: " << kern;

@@ -110,21 +110,25 @@ inline int decode_slab_ktiles(int chunk, int k) {
   return chunk / 64;
 }
 
-// Decode runs when the expected rows per touched expert are <= kDecodeMaxRows. K splits over the
-// grid only when one block's K range would exceed max_k (kDecodeMaxK; kDecodeMaxK1 where every
-// M-block holds one row), or when the grid would put less than ~2 blocks on each SM and every
-// split keeps >= 8 k-tiles (GEMM2-like shapes; GEMM1 pays an extra memset + act_finish launch
-// for a split, so splitting for fill is left to `fill_splits`).
 // Per-item cost of the bulk decode kernel beyond its K range, in k-tiles (the K-group reduction over
 // the warps, the epilogue, the scale wait; a fit of the thirtieth session's trace, docs/perf.md: an
 // item of qwen3-30b-a3b took ~0.66 us + 0.058 us per k-tile, i.e. ~11 k-tiles). 16: with 8, the rule
 // also split gpt-oss-120b's GEMM2 at one token in two (3 items of 24 k-tiles per block against 2 of
 // 46), measured 0.95x on int4 (thirty-third session, r3).
 constexpr int kDecodeItemCostKt = 16;
+// The longest walk of one block over a K-split grid, in k-tiles: `items` (M-block, column tile) items
+// per split of `kt` k-tiles each, `splits` splits sharing `resident` blocks (the bulk kernel's grid:
+// one wave per split, an equal share of the items per block).
 inline int64_t decode_walk(int64_t items, int kt, int splits, int64_t resident) {
   const int64_t per_split = std::max<int64_t>(1, resident / splits);
   return (items + per_split - 1) / per_split * (kt + kDecodeItemCostKt);
 }
+
+// Decode runs when the expected rows per touched expert are <= kDecodeMaxRows. K splits over the
+// grid only when one block's K range would exceed max_k (kDecodeMaxK; kDecodeMaxK1 where every
+// M-block holds one row), or when the grid would put less than ~2 blocks on each SM and every
+// split keeps >= 8 k-tiles (GEMM2-like shapes; GEMM1 pays an extra memset + act_finish launch
+// for a split, so splitting for fill is left to `fill_splits`).
 // balanced: after the fill rule, 4-bit weights take more splits where they shorten the longest walk
 // by >= 5% (decode_walk, two resident blocks per SM): e.g. llama4-scout's GEMM2 at one token, 160
 // column tiles of 128 k-tiles: 2 splits walk 2 items of 64 each, 3 splits 2 items of 44. Measured on

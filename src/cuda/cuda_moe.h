@@ -57,7 +57,6 @@ struct DevProj {
   // groups past K, zero point the symmetric offset for rows past n, group min(g, kg - 1)), so an
   // item's scales land with one bulk copy (build_decode_tiles; empty where that kernel cannot run)
   DevBuf scale_t, zero_t;
-  int kgt = 0;
   DevBuf g_idx;          // int32 [E][k] group of each input column (actorder), else empty
   DevBuf bias;           // fp32 [E][n] (original rows), else empty
   std::vector<float> in_scale;  // fp8 static activation scale per expert (host copy)
@@ -134,7 +133,7 @@ bool device_present(std::string* why);
 // Whether the sm_90 bulk-streaming decode kernel runs here (moe_decode.cuh; QMOE_CUDA_DECODE90=0
 // turns it off): 16-bit weights decode only on it (up to 4 rows per expert).
 bool decode90_available();
-// Fills pr.scale_t / zero_t / kgt from pr.scale / zero (moe_decode.cu) where the bulk decode kernel
+// Fills pr.scale_t / zero_t from pr.scale / zero (moe_decode.cu) where the bulk decode kernel
 // can use them: int4 / int8 weights with per-group scales (no g_idx), np a multiple of 32, and
 // decode90_available(); half = I for w13 (its rows are interleaved), unused for w2.
 void build_decode_tiles(DevProj& pr, int num_experts, int half);

@@ -773,10 +773,11 @@ __global__ void __launch_bounds__(kThreads90, dec90_min_blocks<F, MODE, R>())
   const float inv_kchunk = p.kchunk > 0 ? 1.f / static_cast<float>(p.kchunk) : 0.f;
   const auto idx_of = [](int k0, float inv) { return static_cast<int>(static_cast<float>(k0 + 8) * inv); };
   const int g0t = tiled ? kbase / p.kchunk : 0;  // the block's first group (kbase is a multiple)
+  const int kgt = tiled ? (p.kp + p.kchunk - 1) / p.kchunk : 0;  // groups per item in the tables
   auto stage_tile = [&](int e, int nb, int buf) {
     if (tiled) {  // chunk c of the block is group g0t + c: nchb x 32 contiguous floats per table
       if (lane == 0) {
-        const size_t off = ((static_cast<size_t>(e) * ntiles + nb) * p.kgt + g0t) * 32;
+        const size_t off = ((static_cast<size_t>(e) * ntiles + nb) * kgt + g0t) * 32;
         const uint32_t bytes = static_cast<uint32_t>(nchb) * 32 * 4;
         mbar_expect_tx(&sfull[buf], hz ? 2 * bytes : bytes);
         bulk_load(sCS + buf * nch * 32, p.col_tiled + off, bytes, &sfull[buf]);
@@ -1278,7 +1279,6 @@ __global__ void decode_tiles_kernel(const float* __restrict__ scale, const float
 void build_decode_tiles(DevProj& pr, int num_experts, int half) {
   pr.scale_t = DevBuf();
   pr.zero_t = DevBuf();
-  pr.kgt = 0;
   if ((pr.fmt != WFmt::kU4 && pr.fmt != WFmt::kU8) || pr.g_idx.ptr != nullptr || pr.kchunk <= 0 ||
       pr.kchunk >= pr.kp || pr.np % kDecodeTileN != 0 || pr.scale.ptr == nullptr || !decode90_available())
     return;
@@ -1287,7 +1287,6 @@ void build_decode_tiles(DevProj& pr, int num_experts, int half) {
   const size_t entries = static_cast<size_t>(num_experts) * ntiles * kgt * 32;
   pr.scale_t = DevBuf(entries * 4);
   if (pr.zero.ptr != nullptr) pr.zero_t = DevBuf(entries * 4);
-  pr.kgt = kgt;
   const int blocks = static_cast<int>(std::min<size_t>((entries + 255) / 256, 65535));
   decode_tiles_kernel<<<blocks, 256>>>(pr.scale.as<float>(), pr.zero.as<float>(), num_experts, ntiles, kgt, pr.kg,
                                        pr.nsc, pr.n_div, pr.n, pr.interleaved ? 1 : 0, half,

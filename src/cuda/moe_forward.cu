@@ -538,7 +538,6 @@ void fill_gemm_common(GemmParams& g, const DevProj& pr, const ExpertsPlan& pl, i
   g.zero = pr.zero.as<float>();
   g.col_tiled = pr.scale_t.as<float>();
   g.zero_tiled = pr.zero_t.as<float>();
-  g.kgt = pr.kgt;
   g.g_idx = pr.g_idx.as<int32_t>();
   g.bias = pr.bias.as<float>();
 }

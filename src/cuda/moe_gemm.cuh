@@ -35,12 +35,11 @@ struct GemmParams {
   const float* col_scale = nullptr; // [E][kg][nsc]
   int kg = 0, kchunk = 0, nsc = 0, n_div = 1;
   const float* zero = nullptr;      // [E][kg][n]
-  // DevProj::scale_t / zero_t ([E][np / 32][kgt][32]): the sm_90 bulk decode kernel copies an
-  // item's per-chunk scales / zero points from here in one bulk copy each (launch_one90 clears
-  // them where the chunks are not the groups)
+  // DevProj::scale_t / zero_t ([E][np / 32][ceil(kp / kchunk)][32]): the sm_90 bulk decode kernel
+  // copies an item's per-chunk scales / zero points from here in one bulk copy each (launch_one90
+  // clears them where the chunks are not the groups)
   const float* col_tiled = nullptr;
   const float* zero_tiled = nullptr;
-  int kgt = 0;
   const int32_t* g_idx = nullptr;   // [E][k]
   const float* bias = nullptr;      // [E][n]
   const float* row_scale = nullptr; // fp8 dynamic: [A rows][rs_groups]

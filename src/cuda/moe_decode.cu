@@ -64,6 +64,8 @@ static_assert(kDecodeRows == 8, "the token side is the n8 operand of m16n8k16");
 constexpr int dec_ka(WFmt f) { return f == WFmt::k16 ? 16 : (f == WFmt::kU8 || f == WFmt::kFP8) ? 32 : 64; }
 constexpr int dec_spr(WFmt f) { return f == WFmt::kNV4 ? 4 : f == WFmt::kMX4 ? 2 : 0; }  // e4m3 per 16 / e8m0 per 32
 constexpr int dec_unit(WFmt f) { return 512 + 16 * dec_spr(f); }
+// symmetric int codes' zero point (int4 8, int8 128): the kernels' and the scale tables' (build_decode_tiles)
+constexpr float dec_zsym(WFmt f) { return f == WFmt::kU4 ? 8.f : 128.f; }
 template <WFmt F> struct DecFmt {
   static constexpr int KA = dec_ka(F), U = dec_unit(F), SPR = dec_spr(F);
 };
@@ -382,7 +384,7 @@ __global__ void __launch_bounds__(kThreads) moe_decode_kernel(const GemmParams p
   float cs[kNT][2], rs[2];
   float zf[kNT][2];
   uint32_t zmagic[kNT][2];
-  const float zsym = F == WFmt::kU4 ? 8.f : 128.f;
+  const float zsym = dec_zsym(F);
   // per-row offsets, fixed for the block: zero-point row r (original row) and scale column
   // r / n_div, -1 for padding rows (no division in the main loop)
   int zrow[kNT][2], scol[kNT][2];
@@ -769,7 +771,7 @@ __global__ void __launch_bounds__(kThreads90, dec90_min_blocks<F, MODE, R>())
   //      and every chunk; a chunk's weight group by idx_of (chunk starts are multiples of 16)
   const int krange = (kt1 - kt0) * 64;
   const int nchb = per_chunk ? (krange + p.chunk - 1) / p.chunk : 0;  // chunks of this block's range
-  const float zsym = F == WFmt::kU4 ? 8.f : 128.f;
+  const float zsym = dec_zsym(F);
   const float inv_kchunk = p.kchunk > 0 ? 1.f / static_cast<float>(p.kchunk) : 0.f;
   const auto idx_of = [](int k0, float inv) { return static_cast<int>(static_cast<float>(k0 + 8) * inv); };
   const int g0t = tiled ? kbase / p.kchunk : 0;  // the block's first group (kbase is a multiple)
@@ -1248,8 +1250,7 @@ bool decode_tiles_apply(const GemmParams& p, int mode) {
   if (p.col_tiled == nullptr || (p.zero != nullptr && p.zero_tiled == nullptr)) return false;
   if (mode != 1 || p.chunk >= p.kp || p.kchunk <= 0 || p.chunk != p.kchunk) return false;
   if (p.splits > 1 && (p.ktiles_per_split * 64) % p.kchunk != 0) return false;
-  const char* v = std::getenv("QMOE_CUDA_D90_TILED_SCALES");
-  return v == nullptr || std::atoi(v) != 0;
+  return env_on("QMOE_CUDA_D90_TILED_SCALES");
 }
 
 // One thread per entry (e, tile, g, r) of the tables (DevProj::scale_t): the value the per-lane
@@ -1290,7 +1291,7 @@ void build_decode_tiles(DevProj& pr, int num_experts, int half) {
   const int blocks = static_cast<int>(std::min<size_t>((entries + 255) / 256, 65535));
   decode_tiles_kernel<<<blocks, 256>>>(pr.scale.as<float>(), pr.zero.as<float>(), num_experts, ntiles, kgt, pr.kg,
                                        pr.nsc, pr.n_div, pr.n, pr.interleaved ? 1 : 0, half,
-                                       pr.fmt == WFmt::kU4 ? 8.f : 128.f, pr.scale_t.as<float>(),
+                                       dec_zsym(pr.fmt), pr.scale_t.as<float>(),
                                        pr.zero_t.as<float>());
   QMOE_CUDA_LAUNCH_OK();
 }

@@ -27,6 +27,10 @@ struct GemmJob {
   int ldo = 0;
   float extra = 1.f;
   float* scratch = nullptr;  // gemm_scratch_floats(*w, nrows) floats, 64-byte aligned, per thread
+  // The job the layer runs after this one on the same thread if its run goes on (same w): the
+  // short weight streams prefetch its panels while they finish this one. next_e < 0: the panels
+  // that follow in memory (the next pair of the same expert).
+  int next_e = -1, next_pair = 0;
 };
 
 // Scratch a GemmJob needs (the ISA files allocate nothing: no std templates are instantiated with

@@ -548,10 +548,20 @@ inline void dec4x(const uint8_t* blk, __m512i tbl, __m512i off, __m512i out[4]) 
 struct FusedScales {
   const uint8_t* p[2];  // per panel of the pair: group 0's 16 scales
   size_t stride;        // bytes from one group to the next
+  const uint8_t* next[2] = {nullptr, nullptr};  // packed group scales: the next job's panels' (GemmJob::next_e)
 };
+// kE4M3 comes back as 2^-8 x the scale (kE4M3Shift): the fused kernel's e4m3 scales are validated
+// finite and > 0 (ref::validate; padding rows hold 0), so the sign bit is clear and the code shifted
+// into an fp16's exponent / mantissa is the value times 2^-8, exactly (subnormals too); fused_panels
+// multiplies its outputs by 2^8 once. Scaling every term of a sum by the same power of two changes
+// no rounding. Three operations per group and panel instead of eight.
+constexpr float kE4M3Shift = 256.f;
 template <ScaleKind SK>
 inline __m512 fused_scale(const FusedScales& s, int h, int g) {
-  return load_scales16(SK, s.p[h] + size_t(g) * s.stride);
+  const uint8_t* p = s.p[h] + size_t(g) * s.stride;
+  if constexpr (SK == ScaleKind::kE4M3)
+    return _mm512_cvtph_ps(_mm256_slli_epi16(_mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 7));
+  return load_scales16(SK, p);
 }
 
 // Scales for fused_panels<..., SK>: SK is the packed kind (kBF16 / kE8M0 / kE4M3) or kF32, then
@@ -563,7 +573,10 @@ FusedScales fused_scales(const GemmJob& j) {
   FusedScales s;
   const size_t sb = scale_kind_bytes(w.gscale_kind);
   if (SK != ScaleKind::kF32 || (w.group > 0 && w.gscale_kind == ScaleKind::kF32)) {
-    for (int h = 0; h < 2; ++h) s.p[h] = w.gscale_panel(j.e, p0 + h);
+    for (int h = 0; h < 2; ++h) {
+      s.p[h] = w.gscale_panel(j.e, p0 + h);
+      if (w.group > 0) s.next[h] = j.next_e >= 0 ? w.gscale_panel(j.next_e, 2 * j.next_pair + h) : w.gscale_panel(j.e, p0 + 2 + h);
+    }
     s.stride = kPanelRows * sb;
     return s;
   }
@@ -610,8 +623,24 @@ void fused_panels(const GemmJob& j, int h0, const FusedScales& sc) {
   // 3443 / 10797 us, int8 990 / 6318 / 15978 -> 951 / 5847 / 14756; mixtral-8x7b int4-g32 M = 1
   // ~4250 -> ~4000 us; llama4-scout 0-3% better. A fixed 32 KiB distance instead took llama4-scout
   // M = 1 from 1484 to 1746 us. bf16 (2 KiB at T <= 2) measured the same or slower: not used.
+  // Since the thirty-fifth session "one job ahead" is the job the layer runs next (GemmJob::next_e):
+  // where that is another expert's pair (a thread's run crossing an expert, 8 times per GEMM at
+  // qwen3-30b-a3b M = 1), the panels that follow in memory were a wasted stream of one job's bytes
+  // and the next job started cold. Its scales are prefetched the same way (below).
   const size_t job_bytes = size_t(NP) * size_t(nkp) * kBpk;
-  const size_t pf = kBpk != 64 && job_bytes <= kShortJob ? job_bytes : size_t(fused_pf<kBpk, T>());
+  const bool short_job = kBpk != 64 && job_bytes <= kShortJob;
+  // The stream after panel h: NP = 2 the next job's panel h; NP = 1 (one panel, then the other) panel
+  // 1 after panel 0, the next job's panel 0 after panel 1. snx: the same for the scales (none after
+  // panel 0 at NP = 1: panel 1's scales follow panel 0's in memory, 16 groups ahead covers them).
+  ptrdiff_t pf[NP], snx[NP];
+  for (int h = 0; h < NP; ++h) {
+    const int nh = NP == 2 ? h : 0;
+    const bool own = NP == 1 && h0 == 0;
+    pf[h] = !short_job ? ptrdiff_t(fused_pf<kBpk, T>())
+            : j.next_e >= 0 && !own ? w.panel(j.next_e, 2 * j.next_pair + nh) - pc[h]
+                                    : ptrdiff_t(job_bytes);
+    snx[h] = short_job && !own && sc.next[nh] ? sc.next[nh] - sc.p[h0 + h] : 0;
+  }
 
   __m512i tbl = _mm512_setzero_si512(), off[NP], zlo[NP], zhi[NP];
   if (C == CodeKind::kInt4) tbl = kAsym ? int_table() : rep16_table(true, w.zsym);
@@ -644,7 +673,7 @@ void fused_panels(const GemmJob& j, int h0, const FusedScales& sc) {
       __m512i v[NP][4];
       for (int h = 0; h < NP; ++h) {
         const uint8_t* src = pc[h] + size_t(kp) * kBpk;
-        for (int l = 0; l < 4 * kBpk; l += 64) _mm_prefetch(reinterpret_cast<const char*>(src + l + pf), _MM_HINT_T1);
+        for (int l = 0; l < 4 * kBpk; l += 64) _mm_prefetch(reinterpret_cast<const char*>(src + l + pf[h]), _MM_HINT_T1);
         if constexpr (kBpk == 16) _mm_prefetch(reinterpret_cast<const char*>(src + kNearPf4), _MM_HINT_T0);
         if constexpr (C == CodeKind::kBF16) {
           for (int i = 0; i < 4; ++i) v[h][i] = _mm512_load_si512(src + 64 * i);
@@ -675,6 +704,10 @@ void fused_panels(const GemmJob& j, int h0, const FusedScales& sc) {
     for (int h = 0; h < NP; ++h) {
       // the scales stream along with the codes: their lines 16 groups ahead into L1
       _mm_prefetch(reinterpret_cast<const char*>(sc.p[h0 + h] + size_t(g + 16) * sc.stride), _MM_HINT_T0);
+      // and the next job's (short streams: its first groups are not 16 groups ahead of anything),
+      // once per 64-byte line of scales
+      if (snx[h] != 0 && ((size_t(g) * sc.stride) & 63) == 0)
+        _mm_prefetch(reinterpret_cast<const char*>(sc.p[h0 + h] + size_t(g) * sc.stride + snx[h]), _MM_HINT_T1);
       const __m512 scv = fused_scale<SK>(sc, h0 + h, g);
       for (int t = 0; t < T; ++t) {
         __m512 sum = p[h][t][0];
@@ -685,7 +718,8 @@ void fused_panels(const GemmJob& j, int h0, const FusedScales& sc) {
   }
   const size_t rb = size_t(j.e) * w.rows_pad + size_t(j.pair) * kJobRows;
   for (int t = 0; t < T; ++t) {
-    const __m512 ts = _mm512_set1_ps((a.row_scale.empty() ? 1.f : a.row_scale[size_t(j.row0 + t)]) * j.extra);
+    const __m512 ts = _mm512_mul_ps(_mm512_set1_ps((a.row_scale.empty() ? 1.f : a.row_scale[size_t(j.row0 + t)]) * j.extra),
+                                    _mm512_set1_ps(SK == ScaleKind::kE4M3 ? kE4M3Shift : 1.f));
     for (int h = 0; h < NP; ++h) {
       const int col = (h0 + h) * 16;
       __m512 v = c[h][t];

@@ -342,9 +342,12 @@ void CpuLayer::run_experts(ExpertSet& s, const Tensor& x, const Routed& r, std::
       jb.w = &w13; jb.e = e; jb.a = &a1_; jb.row0 = p0; jb.nrows = T; jb.ldo = kJobRows;
       jb.scratch = scr;
       jb.extra = s.extra_of(w13, e);
-      jb.pair = j; jb.out = g;
+      // the next job in the list (this thread's next one if its run goes on): gate after gate, up after up
+      const bool more = ji + 1 < jobs13_.size();
+      jb.next_e = more ? jobs13_[ji + 1].e : -1;
+      jb.pair = j; jb.out = g; jb.next_pair = more ? jobs13_[ji + 1].j : 0;
       kn_->gemm(jb);
-      jb.pair = pairs13 + j; jb.out = u;
+      jb.pair = pairs13 + j; jb.out = u; jb.next_pair = more ? pairs13 + jobs13_[ji + 1].j : 0;
       kn_->gemm(jb);
       const int c_end = std::min(kJobRows, I - j * kJobRows);
       for (int t = 0; t < T; ++t) {
@@ -378,6 +381,7 @@ void CpuLayer::run_experts(ExpertSet& s, const Tensor& x, const Routed& r, std::
       jb.pair = j; jb.out = o.data() + size_t(p0) * w2.rows_pad + j * kJobRows; jb.ldo = w2.rows_pad;
       jb.scratch = scratch_.get(scr2);
       jb.extra = s.extra_of(w2, e);
+      if (ji + 1 < jobs2_.size()) jb.next_e = jobs2_[ji + 1].e, jb.next_pair = jobs2_[ji + 1].j;
       kn_->gemm(jb);
     });
   }

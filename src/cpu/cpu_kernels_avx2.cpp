@@ -71,12 +71,14 @@ inline __m256 scales8(ScaleKind k, const uint8_t* sp, int h) {
   }
 }
 
-// Software prefetch distance of the fused kernels, bytes past the line being read: the same line of
-// the next job's panel (two panels on: a thread's jobs run in contiguous runs) where a job holds
-// <= 128 KiB, else 4 KiB ahead (the AVX-512 kernels' rule, cpu_kernels_avx512.cpp fused_pf).
-inline size_t prefetch_ahead(const PackedProj& w) {
+// Software prefetch distance of the fused kernels for half `half` of job j, bytes past the line being
+// read: where a job holds <= 128 KiB, the same line of that half's panel in the job the layer runs
+// next (GemmJob::next_e / next_pair; without one, the panels that follow in memory: a thread's jobs
+// run in contiguous runs), else 4 KiB ahead (the AVX-512 kernels' rule, cpu_kernels_avx512.cpp).
+inline ptrdiff_t prefetch_ahead(const PackedProj& w, const GemmJob& j, int half, const uint8_t* pc) {
   const size_t job_bytes = 2 * w.panel_bytes;
-  return job_bytes <= 131072 ? job_bytes : 4096;
+  if (job_bytes > 131072) return 4096;
+  return j.next_e >= 0 ? w.panel(j.next_e, 2 * j.next_pair + half) - pc : ptrdiff_t(job_bytes);
 }
 
 // One panel of a job (half 0 / 1 of its 32 rows): codes, zero points and group scales.
@@ -171,9 +173,9 @@ void fused(const GemmJob& j, int seg, float* C) {
   const __m256i hi16 = _mm256_set1_epi32(static_cast<int>(0xFFFF0000u)), lo16 = _mm256_set1_epi32(0xFFFF);
   const __m256i m16 = _mm256_set1_epi32(0x000F0000), c43 = _mm256_set1_epi32(0x43000000);
   const int zgk = w.has_zp ? w.zp_group : Kp;
-  const size_t pf = prefetch_ahead(w);  // one line per 64 bytes of codes
   for (int half = 0; half < 2; ++half) {
     const auto [pc, zp, gs] = panel_ptrs(w, j, half);
+    const ptrdiff_t pf = prefetch_ahead(w, j, half, pc);  // one line per 64 bytes of codes
     __m256 out[T][2];
     for (int t = 0; t < T; ++t) out[t][0] = out[t][1] = _mm256_setzero_ps();
     __m256 z[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
@@ -362,9 +364,9 @@ void fused_s8(const GemmJob& j, int seg, float* C) {
   };
   // software prefetch as in fused(), kVnni8 codes only: qwen3-30b-a3b / llama4-scout W8A8 M = 1 / 8
   // 1.12-1.18x, W4A8 (kVnni4) 0.84-0.97x (AVX2 EPYC, fifteenth session)
-  const size_t pf = prefetch_ahead(w);
   for (int half = 0; half < 2; ++half) {
     const auto [pc, zp, gs] = panel_ptrs(w, j, half);
+    const ptrdiff_t pf = prefetch_ahead(w, j, half, pc);  // one line per 64 bytes of codes
     __m256 out[T][2];
     for (int t = 0; t < T; ++t) out[t][0] = out[t][1] = _mm256_setzero_ps();
     for (int k0 = 0; k0 < Kp; k0 += seg) {
@@ -470,9 +472,9 @@ void fused_s16(const GemmJob& j, float* C) {
                                        12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0);
   const __m256i m000f = _mm256_set1_epi16(0x000F), m0f0f = _mm256_set1_epi16(0x0F0F), m00ff = _mm256_set1_epi16(0x00FF);
   const int zgk = w.has_zp ? w.zp_group : Kp;
-  const size_t pf = prefetch_ahead(w);
   for (int half = 0; half < 2; ++half) {
     const auto [pc, zp, gs] = panel_ptrs(w, j, half);
+    const ptrdiff_t pf = prefetch_ahead(w, j, half, pc);  // one line per 64 bytes of codes
     __m256 out[T][2];
     for (int t = 0; t < T; ++t) out[t][0] = out[t][1] = _mm256_setzero_ps();
     int blk = 0;  // kb / B (divisions by run-time values cost ~10-40 cycles each: counters)

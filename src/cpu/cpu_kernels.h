@@ -32,6 +32,10 @@ struct GemmJob {
   // that follow in memory (the next pair of the same expert).
   int next_e = -1, next_pair = 0;
 };
+// Panel `half` (0 / 1) of the job that follows j (GemmJob::next_e), where the fused streams prefetch.
+inline const uint8_t* next_job_panel(const PackedProj& w, const GemmJob& j, int half) {
+  return j.next_e >= 0 ? w.panel(j.next_e, 2 * j.next_pair + half) : w.panel(j.e, 2 * j.pair + 2 + half);
+}
 
 // Scratch a GemmJob needs (the ISA files allocate nothing: no std templates are instantiated with
 // ISA flags, so the linker can never pick an AVX-512 copy of a shared inline function).

@@ -78,7 +78,7 @@ inline __m256 scales8(ScaleKind k, const uint8_t* sp, int h) {
 inline ptrdiff_t prefetch_ahead(const PackedProj& w, const GemmJob& j, int half, const uint8_t* pc) {
   const size_t job_bytes = 2 * w.panel_bytes;
   if (job_bytes > 131072) return 4096;
-  return j.next_e >= 0 ? w.panel(j.next_e, 2 * j.next_pair + half) - pc : ptrdiff_t(job_bytes);
+  return next_job_panel(w, j, half) - pc;
 }
 
 // One panel of a job (half 0 / 1 of its 32 rows): codes, zero points and group scales.

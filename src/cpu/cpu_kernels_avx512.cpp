@@ -637,8 +637,7 @@ void fused_panels(const GemmJob& j, int h0, const FusedScales& sc) {
     const int nh = NP == 2 ? h : 0;
     const bool own = NP == 1 && h0 == 0;
     pf[h] = !short_job ? ptrdiff_t(fused_pf<kBpk, T>())
-            : j.next_e >= 0 && !own ? w.panel(j.next_e, 2 * j.next_pair + nh) - pc[h]
-                                    : ptrdiff_t(job_bytes);
+            : own ? ptrdiff_t(job_bytes) : next_job_panel(w, j, nh) - pc[h];
     snx[h] = short_job && !own && sc.next[nh] ? sc.next[nh] - sc.p[h0 + h] : 0;
   }
 
@@ -718,8 +717,8 @@ void fused_panels(const GemmJob& j, int h0, const FusedScales& sc) {
   }
   const size_t rb = size_t(j.e) * w.rows_pad + size_t(j.pair) * kJobRows;
   for (int t = 0; t < T; ++t) {
-    const __m512 ts = _mm512_mul_ps(_mm512_set1_ps((a.row_scale.empty() ? 1.f : a.row_scale[size_t(j.row0 + t)]) * j.extra),
-                                    _mm512_set1_ps(SK == ScaleKind::kE4M3 ? kE4M3Shift : 1.f));
+    const float shift = SK == ScaleKind::kE4M3 ? kE4M3Shift : 1.f;  // a power of two: the product is exact
+    const __m512 ts = _mm512_set1_ps((a.row_scale.empty() ? 1.f : a.row_scale[size_t(j.row0 + t)]) * j.extra * shift);
     for (int h = 0; h < NP; ++h) {
       const int col = (h0 + h) * 16;
       __m512 v = c[h][t];

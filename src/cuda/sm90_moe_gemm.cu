@@ -50,9 +50,6 @@ constexpr int kGroupM = 8;
 #ifndef QMOE_SM90_I8_BN
 #define QMOE_SM90_I8_BN 256  // INT8 W8A8's tile width (128: the earlier form, for A/B builds)
 #endif
-#ifndef QMOE_SM90_W8_QUARTERS
-#define QMOE_SM90_W8_QUARTERS 0  // 1: fp8 W8 tiles as four pipelined n64 quarters (under measurement)
-#endif
 template <bool FP8, int BM = kBM, bool I8 = false, bool W8 = false>
 struct Sm90Cfg {
   // fp8 keeps 64 k-block partials beside the 64 accumulators, so its tile was n128 (n256 as two
@@ -590,8 +587,7 @@ __global__ void __launch_bounds__(384, 1)
       // 64-row M-blocks: one half per consumer warpgroup, its columns cn .. cn + 127 (acc = tmp's layout)
       constexpr int NH = WN / 128;
       bool quartered = false;
-#if QMOE_SM90_W8_QUARTERS
-      // 128 x 256 tiles (not half_box): the consumer's n256 as four n64 quarters into two sets of
+      // Sm90Gemm::fp8_quarters on 128 x 256 tiles (not half_box): the consumer's n256 as four n64 quarters into two sets of
       // 32 partials, one group of four QGMMAs in flight while the previous quarter's partials are
       // promoted (wait1); the stage's last quarter is waited for (wait0), the stage released, then
       // promoted. (A group kept in flight across the stage loop's back edge made ptxas serialize
@@ -599,7 +595,7 @@ __global__ void __launch_bounds__(384, 1)
       // of the quarter's tq[i] (the n64 fragment's n8 group j is group 8 (q % 2) + j of half q / 2).
       // Each column's sums are those of the n128 halves: the same four k32 QGMMAs into a partial,
       // then one fp32 add per 128-k block.
-      if constexpr (NH == 2) if (!hb) {
+      if constexpr (NH == 2) if (p.fp8_quarters && !hb) {
         quartered = true;
         float tq[2][32];
         auto retire = [&](float (&t)[32], int q) {
@@ -634,7 +630,6 @@ __global__ void __launch_bounds__(384, 1)
         }
         QMOE_TRACE(2);
       }
-#endif
       if (!quartered) {
       float tmp[NACC / NH];
       for (int kb = 0; kb < nk; ++kb) {

@@ -1,19 +1,18 @@
 #!/usr/bin/env bash
-# session 36, call 1: fp8 W8 tiles (per-channel weights, one scale pair for all of K) as four pipelined
-# n64 quarters (the build qmoe, compiled with QMOE_SM90_W8_QUARTERS 1) against HEAD's two n128 halves (the
-# variant qmoe_head, built with -DQMOE_SM90_W8_QUARTERS=0), alternating four times, fp8 at
-# M = 64 / 256 / 1024 / 4096 on every shape. (Only the two CLIs travel: the tracked tree is 44 MB of
-# the 64 MiB; the tests run in the next call.)
+# session 36, call 1: fp8 W8 tiles (per-channel weights, one scale pair for all of K, 128 x 256) as
+# four pipelined n64 QGMMA quarters (Sm90Gemm::fp8_quarters, QMOE_CUDA_FP8_QUARTERS, on in this build)
+# against two n128 halves (QMOE_CUDA_FP8_QUARTERS=0, HEAD's form). First the whole GPU suite (among it
+# CudaSm90.Fp8WideTilesMatchNarrow: quarters bit-identical to halves), the C ABI and Python; then the
+# A/B alternating three times, fp8 at M = 64 / 256 / 1024 / 4096 on every shape.
 B=build-gpu-carry; W=$OUT/r1; mkdir -p $W
 s=$(date +%s); el() { echo $(( $(date +%s) - s )); }
-chmod +x $B/qmoe_head
-cp $B/qmoe $B/qmoe_new
-nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,power.limit --format=csv > $W/gpu.txt 2>&1
-for rep in 1 2 3 4; do
-  for v in head new; do
-    timeout 100 $B/qmoe_$v bench --backend cuda --shape all --m 64,256,1024,4096 --scheme fp8 --json $W/${v}_$rep.json > $W/${v}_$rep.md 2>$W/${v}_$rep.err
-    echo "$v rep $rep rc $? $(el)"
+OUT=$W QMOE_GPU_PHASES="info tests capi python" timeout 330 bash scripts/gpu_tests.sh $B $W/gpu_tests.log > $W/gpu_tests.stdout 2>&1; echo "gpu_tests rc $? $(el)"
+grep -E "PASSED|FAILED|passed|failed|rc " $W/gpu_tests.log | tail -10
+for rep in 1 2 3; do
+  for v in 0 1; do
+    QMOE_CUDA_FP8_QUARTERS=$v timeout 60 $B/qmoe bench --backend cuda --shape all --m 64,256,1024,4096 --scheme fp8 --json $W/q${v}_$rep.json > $W/q${v}_$rep.md 2>$W/q${v}_$rep.err
+    echo "q$v rep $rep rc $? $(el)"
   done
 done
-python3 bench/compare_rows.py "$W/head_*.json" "$W/new_*.json" > $W/compare_new.txt 2>&1; tail -25 $W/compare_new.txt
+python3 bench/compare_rows.py "$W/q0_*.json" "$W/q1_*.json" > $W/compare_q.txt 2>&1; tail -24 $W/compare_q.txt
 cd $OUT && tar czf r1.tgz r1

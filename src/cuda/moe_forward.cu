@@ -166,10 +166,6 @@ bool wide_store_on() { return env_on("QMOE_CUDA_WIDE_STORE"); }
 // the n128 tiles (measurements, tests; read per plan).
 bool fp8_wide_on() { return env_on("QMOE_CUDA_FP8_WIDE"); }
 
-// fp8_wide's 128 x 256 tiles as four pipelined n64 quarters (Sm90Gemm::fp8_quarters);
-// QMOE_CUDA_FP8_QUARTERS=0: two n128 halves (measurements, tests; read per plan).
-bool fp8_quarters_on() { return env_on("QMOE_CUDA_FP8_QUARTERS"); }
-
 // The tile kernel on 128-row M-blocks as CTA pairs sharing A by multicast (Sm90Gemm::cluster2) where
 // select_pairs takes them; QMOE_CUDA_PAIRS=0: never, 1: wherever the kernel can (measurements,
 // tests; read per plan).
@@ -308,8 +304,6 @@ struct ExpertsPlan {
   bool wide_store = true;
   // fp8 n256 tiles (Sm90Gemm::fp8_wide), where they apply
   bool fp8_wide = false;
-  // its 128 x 256 tiles as n64 quarters (Sm90Gemm::fp8_quarters)
-  bool fp8_quarters = false;
   // the tile kernel's CTA pairs (Sm90Gemm::cluster2)
   bool pairs = false;
   // the tile / wq kernels persistent: GEMM1's and GEMM2's tile counters (Sm90Gemm::tile_counter),
@@ -375,7 +369,6 @@ struct ExpertsPlan {
       // (one scale pair for all of K: per-tensor / per-channel weights, per-tensor / per-token activations)
       fp8_wide = ex.fmt == WFmt::kFP8 && !stream && !pairs && ex.w13.kchunk == 0 && ex.w2.kchunk == 0 &&
                  ex.act_quant != ActQuant::kFP8Group128 && fp8_wide_on();
-      fp8_quarters = fp8_wide && bm == 128 && fp8_quarters_on();
       if (!stream && persist_on()) tile_counters = cv.take<int32_t>(kAlignZeroInts);
       as = cv.take<char>(static_cast<size_t>(cap) * ex.w13.kp * esz);
       hs = cv.take<char>(static_cast<size_t>(cap) * ex.w2.kp * 2);
@@ -657,7 +650,6 @@ void run_experts_sm90(const DevExperts& ex, const ExpertsPlan& pl, const void* x
     q.block_slots = pl.block_slots ? 1 : 0;
     q.wide_store = pl.wide_store ? 1 : 0;
     q.fp8_wide = pl.fp8_wide ? 1 : 0;
-    q.fp8_quarters = pl.fp8_quarters ? 1 : 0;
     q.cluster2 = pl.pairs ? 1 : 0;
   };
   // int4 / int8 weights: the quantized-weight wgmma kernel on the prepared atoms
@@ -925,8 +917,7 @@ std::string forward_kernels(const DevExperts& ex, int64_t m, int top_k) {
                " gemm2=sm90-wgmma", p.routed.bm == 128 ? "" : std::to_string(p.routed.bm),
                p.routed.quant_once ? " x-once" : "",
                p.routed.a_direct ? " x-direct" : "", p.routed.fold ? " fold" : "", p.routed.q8 ? " q8" : "",
-               p.routed.pairs ? " pairs" : "", p.routed.fp8_wide ? " n256" : "",
-               p.routed.fp8_quarters ? " q64" : "");
+               p.routed.pairs ? " pairs" : "", p.routed.fp8_wide ? " n256" : "");
   if (p.routed.dec)
     return str(ex.method, " gemm1=", p.routed.dec90_1 ? "decode90" : "decode", p.routed.dec_r == 16 ? "r16" : "",
                "/split", p.routed.c1.splits, " gemm2=", p.routed.dec90_2 ? "decode90" : "decode",

@@ -87,11 +87,6 @@ struct Sm90Gemm {
   // Sm90Cfg "W8"); 0 (QMOE_CUDA_FP8_WIDE=0, measurements): 128 x 128 / 64 x 128. Bit-identical
   // either way (the same k-block order into fp32). The plan sets it (ExpertsPlan::fp8_wide).
   int fp8_wide = 0;
-  // 1: on fp8_wide's 128 x 256 tiles (not a half box), each consumer warpgroup's n256 as four n64
-  // QGMMA quarters into two sets of partials, one quarter's QGMMAs in flight while the previous
-  // quarter's partials are promoted (sm90_moe_gemm.cu "W8"); 0 (QMOE_CUDA_FP8_QUARTERS=0,
-  // measurements): two n128 halves, each waited for before its promotion. Bit-identical either way.
-  int fp8_quarters = 0;
   // the 16-bit / fp8 tile kernel with 128-row M-blocks and A by TMA: 1 runs CTA pairs (clusters of
   // two) on adjacent N tiles of one M-block, each CTA loading half of the A box's rows into both (TMA
   // multicast: A read from L2 once per pair); 0: every CTA loads its own A. Bit-identical either way

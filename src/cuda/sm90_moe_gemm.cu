@@ -586,63 +586,6 @@ __global__ void __launch_bounds__(384, 1)
       // 128 x 128 tile (k-block by k-block into fp32), so both tiles give the same bits.
       // 64-row M-blocks: one half per consumer warpgroup, its columns cn .. cn + 127 (acc = tmp's layout)
       constexpr int NH = WN / 128;
-      bool quartered = false;
-      // Sm90Gemm::fp8_quarters on 128 x 256 tiles (not half_box): the consumer's n256 as four n64 quarters into two sets of
-      // 32 partials, one group of four QGMMAs in flight while the previous quarter's partials are
-      // promoted (wait1); the stage's last quarter is waited for (wait0), the stage released, then
-      // promoted. (A group kept in flight across the stage loop's back edge made ptxas serialize
-      // every wgmma of the kernel, C7514.) acc[32 q + i] holds the n256 layout's column 64 q + that
-      // of the quarter's tq[i] (the n64 fragment's n8 group j is group 8 (q % 2) + j of half q / 2).
-      // Each column's sums are those of the n128 halves: the same four k32 QGMMAs into a partial,
-      // then one fp32 add per 128-k block.
-      if constexpr (NH == 2) if (p.fp8_quarters && !hb) {
-        quartered = true;
-        float tq[2][32];
-        auto retire = [&](float (&t)[32], int q) {
-#pragma unroll
-          for (int i = 0; i < 32; ++i) acc[32 * q + i] += t[i];
-        };
-        // A (the warpgroup's 64 rows x 128 k of the stage) from registers: loaded once per stage by
-        // ldmatrix (lane i: row (i & 7) + 8 ((i >> 3) & 1) of the warp's 16, 16-byte chunk 2 kk + (i >> 4),
-        // 128B-swizzled), wgmma's k32 fragment (k 4q..4q + 3, + 16, of rows g / g + 8), reused by the
-        // four quarters, so the quarters read A from shared memory once per stage, not four times.
-        uint32_t af[4][4];
-        const int arow = warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8;
-        auto load_a = [&](const uint8_t* a_st) {
-#pragma unroll
-          for (int kk = 0; kk < 4; ++kk)
-            ldmatrix_x4(af[kk], a_st + arow * 128 + (((2 * kk + (lane >> 4)) ^ (arow & 7)) << 4));
-        };
-        auto issue = [&](float (&t)[32], const uint8_t*, const uint8_t* b_st) {
-          wgmma_fence();
-#pragma unroll
-          for (int kk = 0; kk < 4; ++kk) wgmma_ra_n64_e4m3(t, af[kk], smem_desc(b_st + kk * 32), kk);
-          wgmma_commit();
-        };
-        for (int kb = 0; kb < nk; ++kb) {
-          const int s = (it + kb) % STAGES;
-          mbar_wait(&full[s], ((it + kb) / STAGES) & 1);
-          if (kb == 0) QMOE_TRACE(1);
-          const uint8_t* a_st = sA + s * C::A_ST + rw * 128;
-          const uint8_t* b_st = sB + s * C::B_ST + cn * 128;
-          load_a(a_st);
-          issue(tq[0], a_st, b_st);
-          issue(tq[1], a_st, b_st + 64 * 128);
-          wgmma_wait1();
-          retire(tq[0], 0);
-          issue(tq[0], a_st, b_st + 128 * 128);
-          wgmma_wait1();
-          retire(tq[1], 1);
-          issue(tq[1], a_st, b_st + 192 * 128);
-          wgmma_wait1();
-          retire(tq[0], 2);
-          wgmma_wait0();
-          release(s);
-          retire(tq[1], 3);
-        }
-        QMOE_TRACE(2);
-      }
-      if (!quartered) {
       float tmp[NACC / NH];
       for (int kb = 0; kb < nk; ++kb) {
         const int s = (it + kb) % STAGES;
@@ -667,7 +610,6 @@ __global__ void __launch_bounds__(384, 1)
         }
       }
       QMOE_TRACE(2);
-      }
       each_scale([&](int i, float cs, float r) { acc[i] *= r * cs; });  // one scale pair for all of K
     } else if constexpr (FP8) {
       float tmp0[NACC], tmp1[NACC];

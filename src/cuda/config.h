@@ -354,7 +354,12 @@ inline bool stream_x_evict_last(int hint = -1) { return hint >= 0 ? hint == 1 : 
 //    expert's rows with room for the spread of its count; a 128-row tile at 16-32 rows was mostly
 //    padding: its tensor work and token bytes scale with the tile; eleventh session, M = 1024: 64
 //    against 128 rows at 32 rows per expert 1.28x (deepseek-v3, gpt-oss-120b int4 / W4A8), at 64
-//    rows 0.85-0.94x). wq_tn = 32 / 64 / 128 forces it (QMOE_CUDA_WQ_TN, measurements).
+//    rows 0.85-0.94x), and up to 64 rows with >= 64 experts, as the 16-bit rule (thirty-sixth
+//    session, H100, each tile forced against this rule: at 64 rows per expert qwen3-30b-a3b (128
+//    experts) M = 1024 ran 1.07x (int4 g128, 393 -> 367 us) / 1.08x (MXFP4, 438 -> 405 us) on 64-row
+//    tiles, llama4-scout M = 1024 (16 experts) 0.96 / 0.99x and mixtral-8x7b M = 256 (8) 0.96 /
+//    1.01x; 32-row tiles at 32 rows 0.79-0.85x, 128-row ones at 32 rows 0.69-0.74x).
+//    wq_tn = 32 / 64 / 128 forces it (QMOE_CUDA_WQ_TN, measurements).
 //  * INT8 W8A8 (IGMMA on the plain copy; eighteenth session, r3, against the decode / 16-row
 //    mma.sync kernels, whose int8 path is slower than fp8's): from 2 rows per expert, M-blocks as
 //    16-bit / fp8 (deepseek-v3 / gpt-oss-120b M = 64, 2 rows: 1.21 / 1.17x; qwen3-30b-a3b M = 64,
@@ -372,7 +377,10 @@ inline Sm90Choice select_sm90(int64_t rows, int num_experts, Sm90Kind kind, int 
     const bool b64 = rows64_max >= 0 ? rows <= rows64_max : (rows <= 40 || (rows <= 64 && num_experts >= 64));
     c.bm = b64 ? 64 : 128;
   } else if (kind == Sm90Kind::kWq || kind == Sm90Kind::kFp4) {
-    c.bm = wq_tn == 32 || wq_tn == 64 || wq_tn == 128 ? wq_tn : rows <= 24 ? 32 : rows <= 48 ? 64 : 128;
+    c.bm = wq_tn == 32 || wq_tn == 64 || wq_tn == 128 ? wq_tn
+           : rows <= 24                                    ? 32
+           : rows <= 48 || (rows <= 64 && num_experts >= 64) ? 64
+                                                             : 128;
   }
   return c;
 }

@@ -323,7 +323,7 @@ TEST(SelectSm90, RowsPerExpertThresholds) {
   EXPECT_EQ(select_sm90(65, 256, Sm90Kind::kPlain).bm, 128);
   EXPECT_EQ(select_sm90(32, 256, Sm90Kind::kInt8).bm, 64);   // deepseek-v3 M = 1024
   EXPECT_EQ(select_sm90(64, 16, Sm90Kind::kInt8).bm, 128);   // llama4-scout M = 1024
-  // the quantized-weight kernel's token tile: 32 up to 24 rows, 64 up to 48, else 128
+  // the quantized-weight kernel's token tile: 32 up to 24 rows, 64 up to 48 (64 with >= 64 experts), else 128
   EXPECT_EQ(select_sm90(17, 8, Sm90Kind::kWq).bm, 32);
   EXPECT_EQ(select_sm90(24, 8, Sm90Kind::kWq).bm, 32);
   EXPECT_EQ(select_sm90(25, 256, Sm90Kind::kWq).bm, 64);
@@ -331,6 +331,12 @@ TEST(SelectSm90, RowsPerExpertThresholds) {
   EXPECT_EQ(select_sm90(49, 8, Sm90Kind::kWq).bm, 128);
   EXPECT_EQ(select_sm90(33, 8, Sm90Kind::kFp4).bm, 64);
   EXPECT_EQ(select_sm90(64, 8, Sm90Kind::kFp4).bm, 128);
+  // up to 64 rows with >= 64 experts (qwen3-30b-a3b M = 1024: 64 rows of 128 experts), else 128
+  EXPECT_EQ(select_sm90(64, 128, Sm90Kind::kWq).bm, 64);
+  EXPECT_EQ(select_sm90(64, 64, Sm90Kind::kFp4).bm, 64);
+  EXPECT_EQ(select_sm90(64, 63, Sm90Kind::kWq).bm, 128);
+  EXPECT_EQ(select_sm90(65, 128, Sm90Kind::kWq).bm, 128);
+  EXPECT_EQ(select_sm90(64, 16, Sm90Kind::kFp4).bm, 128);  // llama4-scout M = 1024
 }
 
 // The streaming kernel's rule (config.h select_sm90_stream) on the anchor shapes (132 SMs; boxes =

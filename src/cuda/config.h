@@ -373,14 +373,16 @@ inline Sm90Choice select_sm90(int64_t rows, int num_experts, Sm90Kind kind, int 
   else if (kind == Sm90Kind::kWq) need = 8;
   else if (kind == Sm90Kind::kFp4) need = 12;
   c.wgmma = rows >= need;
+  // up to 64 rows per expert, many experts: 64-row M-blocks / token tiles in both rules below
+  const bool many_experts64 = rows <= 64 && num_experts >= 64;
   if (kind == Sm90Kind::kPlain || kind == Sm90Kind::kInt8) {
-    const bool b64 = rows64_max >= 0 ? rows <= rows64_max : (rows <= 40 || (rows <= 64 && num_experts >= 64));
+    const bool b64 = rows64_max >= 0 ? rows <= rows64_max : (rows <= 40 || many_experts64);
     c.bm = b64 ? 64 : 128;
   } else if (kind == Sm90Kind::kWq || kind == Sm90Kind::kFp4) {
     c.bm = wq_tn == 32 || wq_tn == 64 || wq_tn == 128 ? wq_tn
            : rows <= 24                                    ? 32
-           : rows <= 48 || (rows <= 64 && num_experts >= 64) ? 64
-                                                             : 128;
+           : rows <= 48 || many_experts64                  ? 64
+                                                           : 128;
   }
   return c;
 }

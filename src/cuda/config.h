@@ -358,14 +358,17 @@ inline bool stream_x_evict_last(int hint = -1) { return hint >= 0 ? hint == 1 : 
 //    session, H100, each tile forced against this rule: at 64 rows per expert qwen3-30b-a3b (128
 //    experts) M = 1024 ran 1.07x (int4 g128, 393 -> 367 us) / 1.08x (MXFP4, 438 -> 405 us) on 64-row
 //    tiles, llama4-scout M = 1024 (16 experts) 0.96 / 0.99x and mixtral-8x7b M = 256 (8) 0.96 /
-//    1.01x; 32-row tiles at 32 rows 0.79-0.85x, 128-row ones at 32 rows 0.69-0.74x).
+//    1.01x; 32-row tiles at 32 rows 0.79-0.85x, 128-row ones at 32 rows 0.69-0.74x; thirty-seventh
+//    session, H100, the rule against 128-row tiles, two alternations, qwen3-30b-a3b M = 1024: INT8
+//    weights 1.12x, NVFP4A16 / NVFP4 / MXFP4 1.07-1.08x, but W4A8 0.92x (int8 activations, 424 ->
+//    461 us) / 0.94x (fp8, 389 -> 415 us): W4A8 (w4a8 = true) keeps 128-row tiles there).
 //    wq_tn = 32 / 64 / 128 forces it (QMOE_CUDA_WQ_TN, measurements).
 //  * INT8 W8A8 (IGMMA on the plain copy; eighteenth session, r3, against the decode / 16-row
 //    mma.sync kernels, whose int8 path is slower than fp8's): from 2 rows per expert, M-blocks as
 //    16-bit / fp8 (deepseek-v3 / gpt-oss-120b M = 64, 2 rows: 1.21 / 1.17x; qwen3-30b-a3b M = 64,
 //    4 rows: 1.19x; M = 256, 16 rows: 1.74x).
 inline Sm90Choice select_sm90(int64_t rows, int num_experts, Sm90Kind kind, int min_rows = 0, int rows64_max = -1,
-                              int wq_tn = 0) {
+                              int wq_tn = 0, bool w4a8 = false) {
   Sm90Choice c;
   int need = 16;  // kPlain
   if (min_rows > 0) need = min_rows;
@@ -381,7 +384,7 @@ inline Sm90Choice select_sm90(int64_t rows, int num_experts, Sm90Kind kind, int 
   } else if (kind == Sm90Kind::kWq || kind == Sm90Kind::kFp4) {
     c.bm = wq_tn == 32 || wq_tn == 64 || wq_tn == 128 ? wq_tn
            : rows <= 24                                    ? 32
-           : rows <= 48 || many_experts64                  ? 64
+           : rows <= 48 || (many_experts64 && !w4a8)       ? 64
                                                            : 128;
   }
   return c;

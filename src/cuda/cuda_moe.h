@@ -57,12 +57,6 @@ struct DevProj {
   // groups past K, zero point the symmetric offset for rows past n, group min(g, kg - 1)), so an
   // item's scales land with one bulk copy (build_decode_tiles; empty where that kernel cannot run)
   DevBuf scale_t, zero_t;
-  // The Hopper 16-bit tile kernel's copy of int4 WNA16 weights whose scales fold (scale16, group
-  // sizes that are multiples of 64 or channel, no g_idx; Sm90Gemm::cv): the codes in the order of
-  // the plain copy's swizzled boxes, one 32-bit word per 16-byte chunk of a box (8 codes),
-  // sm90_cv_code_bytes(), and per box and row one {scale, kInt4Base + zero point} pair of
-  // operand-dtype values, sm90_cv_sc_bytes(); empty where that path cannot run
-  DevBuf wc, wc_sc;
   DevBuf g_idx;          // int32 [E][k] group of each input column (actorder), else empty
   DevBuf bias;           // fp32 [E][n] (original rows), else empty
   std::vector<float> in_scale;  // fp8 static activation scale per expert (host copy)
@@ -143,10 +137,6 @@ bool decode90_available();
 // can use them: int4 / int8 weights with per-group scales (no g_idx), np a multiple of 32, and
 // decode90_available(); half = I for w13 (its rows are interleaved), unused for w2.
 void build_decode_tiles(DevProj& pr, int num_experts, int half);
-// Fills pr.wc / wc_sc (sm90_moe_gemm.cu) where the Hopper tile kernel can run pr's int4 codes as
-// converted 16-bit operands (Sm90Gemm::cv): int4 WNA16 with scale16 scales, channel or groups of a
-// multiple of 128 columns, no g_idx, sm_90a present and QMOE_CUDA_WQ_CV not 0; f16: fp16 operands.
-void build_cv_image(DevProj& pr, int num_experts, int half, bool f16);
 // The sm_90 bulk decode kernel's plan for one GEMM, as its launch uses it (moe_decode.cu; for tests and
 // measurements): atoms per warp slab (config.h dec90_balance), reduction buffers, ring stages and
 // shared memory per block.

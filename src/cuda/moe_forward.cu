@@ -296,10 +296,6 @@ struct ExpertsPlan {
   // int4 WNA16 group scales folded into the wq kernel's operands (Sm90Gemm::fold) where a
   // projection has scales that change along K
   bool fold = false;
-  // int4 WNA16 on the 16-bit tile kernel, the codes converted to 16-bit operands in shared memory
-  // (Sm90Gemm::cv), where both projections have the code image (DevProj::wc) and M-blocks hold 64
-  // or 128 rows; QMOE_CUDA_WQ_CV=0: the wq kernel (measurements, tests; read per plan)
-  bool cvt = false;
   // W4A8 fp8 on QGMMA (Sm90Gemm::q8): A and h rows as e4m3 codes in the Sm90Gather::kperm order
   bool q8 = false;
   // fp8 block weight scales by tile half on the Hopper tile kernel (Sm90Gemm::block_slots)
@@ -331,7 +327,8 @@ struct ExpertsPlan {
                             : op.wq                                            ? Sm90Kind::kWq
                                                                                : Sm90Kind::kPlain;
       Sm90Choice c2 =
-          select_sm90(rows_per_expert, ex.num_experts, kind, wgmma_min_rows_env(), wg64_max_rows_env(), wq_tn_env());
+          select_sm90(rows_per_expert, ex.num_experts, kind, wgmma_min_rows_env(), wg64_max_rows_env(), wq_tn_env(),
+                      op.wq && ex.fmt == WFmt::kU4 && ex.act_quant != ActQuant::kNone);  // W4A8
       const bool sm90_ok = sm90_eligible(ex);
       c2.wgmma = c2.wgmma && sm90_ok;
       // 16-bit weights, fp8 with one scale pair for all of K in both projections, INT8 W8A8 (channel
@@ -358,9 +355,6 @@ struct ExpertsPlan {
       // there, 1.05-1.12x on 64- and 128-row tiles
       fold = op.wq && ex.fmt == WFmt::kU4 && ex.act_quant == ActQuant::kNone && bm >= 64 && wq_fold_on() &&
              (proj_folds(ex, ex.w13) || proj_folds(ex, ex.w2));
-      cvt = op.wq && ex.fmt == WFmt::kU4 && ex.act_quant == ActQuant::kNone && (bm == 64 || bm == 128) &&
-           ex.w13.wc.ptr != nullptr && ex.w2.wc.ptr != nullptr && env_on("QMOE_CUDA_WQ_CV");
-      if (cvt) fold = false;
       const auto q8_fits = [&](const DevProj& pr) {
         return sm90_wq_q8_supports(bm, chunk_of(pr, ex.act_quant) >= pr.kp);
       };
@@ -636,9 +630,7 @@ void run_experts_sm90(const DevExperts& ex, const ExpertsPlan& pl, const void* x
       q.w_evict_first = stream_evict_first(static_cast<size_t>(pl.cap) * pr.kp * (op.bytes ? 1 : 2), stream_hint_env());
       q.x_evict_last = stream_x_evict_last(stream_xhint_env()) ? 1 : 0;
     }
-    q.w = pl.cvt ? pr.wc.ptr : wq ? pr.w.ptr : pr.wp.ptr;
-    q.cv = pl.cvt ? 1 : 0;
-    q.cv_sc = pl.cvt ? pr.wc_sc.as<uint32_t>() : nullptr;
+    q.w = wq ? pr.w.ptr : pr.wp.ptr;
     q.num_experts = ex.num_experts;
     q.np = pr.np;
     q.kp = pr.kp;
@@ -663,8 +655,7 @@ void run_experts_sm90(const DevExperts& ex, const ExpertsPlan& pl, const void* x
   };
   // int4 / int8 weights: the quantized-weight wgmma kernel on the prepared atoms
   auto launch = [&](const Sm90Gemm& q) {
-    if (wq && pl.cvt) launch_sm90_cv_gemm(f16, q, s);
-    else if (wq) launch_sm90_wq_gemm(f16, ex.fmt, q, s);
+    if (wq) launch_sm90_wq_gemm(f16, ex.fmt, q, s);
     else if (pl.stream) launch_sm90_stream(f16, kind, q, s);
     else launch_sm90_gemm(f16, kind, q, s);
     sync_check(s, q.stage == 1 ? "sm90 GEMM1" : "sm90 GEMM2");
@@ -926,7 +917,7 @@ std::string forward_kernels(const DevExperts& ex, int64_t m, int top_k) {
     return str(ex.method, " gemm1=sm90-wgmma", p.routed.bm == 128 ? "" : std::to_string(p.routed.bm),
                " gemm2=sm90-wgmma", p.routed.bm == 128 ? "" : std::to_string(p.routed.bm),
                p.routed.quant_once ? " x-once" : "",
-               p.routed.a_direct ? " x-direct" : "", p.routed.fold ? " fold" : "", p.routed.cvt ? " cv" : "", p.routed.q8 ? " q8" : "",
+               p.routed.a_direct ? " x-direct" : "", p.routed.fold ? " fold" : "", p.routed.q8 ? " q8" : "",
                p.routed.pairs ? " pairs" : "", p.routed.fp8_wide ? " n256" : "");
   if (p.routed.dec)
     return str(ex.method, " gemm1=", p.routed.dec90_1 ? "decode90" : "decode", p.routed.dec_r == 16 ? "r16" : "",

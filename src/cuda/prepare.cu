@@ -306,7 +306,6 @@ DevExperts prepare(const ExpertWeights& w, Activation activation, bool int8_plai
     QMOE_CUDA_OK(cudaDeviceSynchronize());
     prepare_aux(w, pw, is_w13, pr);
     build_decode_tiles(pr, E, I);
-    build_cv_image(pr, E, I, d.act == DType::kF16);
   };
   one(w.w13, true, d.w13);
   one(w.w2, false, d.w2);
@@ -415,7 +414,6 @@ DevExperts prepare_random(const MoeScheme& scheme, int E, int H, int I, int grou
       pr.bias = upload(b);
     }
     build_decode_tiles(pr, E, I);
-    build_cv_image(pr, E, I, act == DType::kF16);
   };
   one(true, d.w13);
   one(false, d.w2);

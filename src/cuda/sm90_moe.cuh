@@ -92,11 +92,6 @@ struct Sm90Gemm {
   // multicast: A read from L2 once per pair); 0: every CTA loads its own A. Bit-identical either way
   // (the same operands and arithmetic per tile).
   int cluster2 = 0;
-  // 1 (launch_sm90_cv_gemm): int4 WNA16 weights on the 16-bit tile kernel, `w` the code image
-  // (DevProj::wc) and cv_sc its scale / zero-point pairs (DevProj::wc_sc), converted to 16-bit
-  // operands in shared memory by a fourth warpgroup (sm90_moe_gemm.cu "CV")
-  int cv = 0;
-  const uint32_t* cv_sc = nullptr;
   // the tile kernel, 16-bit A only: non-null, the producer warpgroup copies each M-block's rows
   // straight from the token rows (row sorted_ids[pos] / a_row_div of a_src, a_src_pitch elements
   // apart; cp.async, 16 bytes per copy, zeros past k and for padding positions) into the stages,
@@ -190,17 +185,6 @@ void launch_sm90_gemm(bool f16, int kind, const Sm90Gemm& p, cudaStream_t s);
 // tokens per CTA (sm90_moe_gemm.cu). Quantized activations (W4A8, W4A4) arrive as exact 16-bit
 // values (Sm90Gather::out16) with row_scale their per-position scales.
 void launch_sm90_wq_gemm(bool f16, WFmt fmt, const Sm90Gemm& p, cudaStream_t s);
-// int4 WNA16 weights converted to 16-bit operands in shared memory (Sm90Gemm::cv) on the 16-bit
-// tile kernel: M-blocks of 128 or 64 rows, p.w / p.cv_sc the code image and its pairs.
-void launch_sm90_cv_gemm(bool f16, const Sm90Gemm& p, cudaStream_t s);
-// Bytes of the CV code image / pair table of E experts (np x kp prepared rows and columns): per
-// 256-row, 64-k box 8 KiB of codes and 256 pairs of 4 bytes.
-inline size_t sm90_cv_code_bytes(int E, int np, int kp) {
-  return static_cast<size_t>(E) * sm90_plain_nt(np) * (kp / 64) * 8192;
-}
-inline size_t sm90_cv_pair_bytes(int E, int np, int kp) {
-  return static_cast<size_t>(E) * sm90_plain_nt(np) * (kp / 64) * 1024;
-}
 // Whether the Q8 form (Sm90Gemm::q8) runs M-blocks of `block` rows with channel (or group) scales.
 bool sm90_wq_q8_supports(int block, bool channel);
 // The streaming kernel for memory-bound M (sm90_moe_gemm.cu): 16-bit (kind 0), fp8 (kind 1) or INT8

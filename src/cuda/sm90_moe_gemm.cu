@@ -50,7 +50,7 @@ constexpr int kGroupM = 8;
 #ifndef QMOE_SM90_I8_BN
 #define QMOE_SM90_I8_BN 256  // INT8 W8A8's tile width (128: the earlier form, for A/B builds)
 #endif
-template <bool FP8, int BM = kBM, bool I8 = false, bool W8 = false, bool CV = false>
+template <bool FP8, int BM = kBM, bool I8 = false, bool W8 = false>
 struct Sm90Cfg {
   // fp8 keeps 64 k-block partials beside the 64 accumulators, so its tile was n128 (n256 as two
   // sequential n128 halves measured 20-27% slower at M = 4096 on the H200 in an early form; W8
@@ -76,23 +76,16 @@ struct Sm90Cfg {
   // (one box per stage with 6 stages, the same 192 KiB: 0.98x, twenty-fourth session r4)
   static constexpr int KH = kWide ? 1 : 2;           // 128-byte k boxes per stage
   static constexpr int BK = KH * (FP8 ? 128 : 64);   // elements per stage
-  // CV (int4 codes converted to 16-bit operands in shared memory, Sm90Gemm::cv): 3 operand stages
-  // and 8 stages of codes (a 256-row x 64-k box of 4-bit codes, 8 KiB, and its 256 scale / zero-point
-  // pairs, 1 KiB): the HBM bytes in flight per SM are the codes', 4x denser than the operands
-  static constexpr int STAGES = CV ? 3 : kWide ? 4 : 3;
+  static constexpr int STAGES = kWide ? 4 : 3;
   static constexpr int A_ST = KH * BM * 128;         // bytes per stage
   static constexpr int B_ST = KH * BN * 128;
-  static constexpr int CODE_ST = CV ? 256 * 64 / 2 + 256 * 4 : 0;  // one box's codes + scale pairs
-  static constexpr int CSTAGES = CV ? 8 : 0;
   static constexpr int WN = BM == kBM ? BN : BN / 2;  // columns of one consumer warpgroup
   static constexpr int NACC = WN / 2;                 // fp32 accumulators per thread (64 rows x WN / 128 threads)
   // + barriers, the tile's column / row scales (fp8, INT8) and bias, the tile of each stage
   // (persistent kernel), the producers' next tile (two), the M-block's token rows (Sm90Gemm::a_src),
   // the CTA pairs' mailbox (two slots) and its barriers (four), alignment
   static constexpr int SMEM =
-      STAGES * (A_ST + B_ST) + 2 * STAGES * 8 + (2 * BN + BM) * 4 + (STAGES + 4 + BM) * 4 + 8 + 4 * 8 + 1024 +
-      CSTAGES * (CODE_ST + 8 + 8 + 4);
-  static_assert(!CV || (!FP8 && !I8 && !W8 && BN == 256 && KH == 1), "CV: the 16-bit n256 tile");
+      STAGES * (A_ST + B_ST) + 2 * STAGES * 8 + (2 * BN + BM) * 4 + (STAGES + 4 + BM) * 4 + 8 + 4 * 8 + 1024;
 };
 
 // ---- PTX helpers (sm_90) -------------------------------------------------------------------------
@@ -197,26 +190,11 @@ __device__ __forceinline__ bool raster_tile(const Sm90Gemm& p, int L, int ntn, i
 // weights: its CTA loads no B (its stages expect A's bytes alone) and multiplies what the stage
 // holds, but stores nothing (columns past n), while its A half still feeds the first CTA.
 // I8: byte operands as signed int8 (IGMMA); W8: fp8 on n256 tiles (Sm90Cfg)
-// CV (Sm90Gemm::cv): int4 WNA16 weights converted to 16-bit operands in shared memory by the
-// producer warpgroup, so the consumers run the 16-bit tile's HGMMAs with both operands from shared
-// memory. Its warp 0 (one thread) streams the tiles' code boxes and their scale / zero-point pairs
-// into a ring of CSTAGES (DevProj::wc, wc_sc: one 1-D bulk copy each); warps 1-3 (the converter)
-// wait for a code box and a free operand stage, load the M-block's A box there by TMA (their first
-// thread) and write the box's 16-bit weights into the stage's B box: (u - z) exact (LOP3 magic,
-// HSUB2), times the scale once in the operand dtype (HMUL2: the value an exact dequantization rounded
-// to bf16 / fp16 has, as the folded wq kernel's operands, numerics.md "Products"). The code image
-// holds, for chunk j of the swizzled B box (row j / 8, the 8 k-columns that TMA's SWIZZLE_128B puts
-// at slot j % 8), word j of 8 codes, whose 4 LOP3s give the chunk's k pairs in order. The full barrier
-// of a stage then counts the A copy's bytes and one arrival per converter warp (after
-// fence.proxy.async: the consumers' HGMMAs read what the generic stores wrote). (A fourth warpgroup
-// for the converter did not compile: ptxas allots the launch's 128 registers per thread of 512 to
-// the consumers' n256 HGMMAs too, which need 154.)
-template <class Op, bool FP8, bool I8 = false, int BM = kBM, bool MC = false, bool W8 = false, bool CV = false>
+template <class Op, bool FP8, bool I8 = false, int BM = kBM, bool MC = false, bool W8 = false>
 __global__ void __launch_bounds__(384, 1)
     sm90_moe_gemm_kernel(const __grid_constant__ CUtensorMap tma_a, const Sm90Gemm p) {
 #if QMOE_SM90A
-  using C = Sm90Cfg<FP8, BM, I8, W8, CV>;
-  static_assert(!CV || !MC, "CV: one CTA per tile");
+  using C = Sm90Cfg<FP8, BM, I8, W8>;
   constexpr int BN = C::BN, BK = C::BK, STAGES = C::STAGES, NACC = C::NACC, WN = C::WN;
   static_assert(BM == kBM || BM == 64, "M-blocks of 128 or 64 rows");
   static_assert(!MC || (!I8 && BM == kBM), "CTA pairs: the 16-bit / fp8 128-row tiles");
@@ -224,8 +202,7 @@ __global__ void __launch_bounds__(384, 1)
   uint8_t* smem = align_1024(smem_raw);  // 128B-swizzled stages start on 1024-byte boundaries
   uint8_t* sA = smem;
   uint8_t* sB = smem + STAGES * C::A_ST;
-  [[maybe_unused]] uint8_t* sC = sB + STAGES * C::B_ST;  // CV: the code ring
-  uint64_t* full = reinterpret_cast<uint64_t*>(sC + C::CSTAGES * C::CODE_ST);
+  uint64_t* full = reinterpret_cast<uint64_t*>(sB + STAGES * C::B_ST);
   uint64_t* empty = full + STAGES;
   int* s_tile = reinterpret_cast<int*>(reinterpret_cast<float*>(empty + STAGES) + 2 * BN + BM);  // [STAGES]
   int* s_next = s_tile + STAGES;  // [2] the producer warpgroup's next tile (A rows from x)
@@ -234,9 +211,6 @@ __global__ void __launch_bounds__(384, 1)
   uint64_t* mail_full = reinterpret_cast<uint64_t*>(
       reinterpret_cast<uintptr_t>(s_mail + 2) + 7 & ~static_cast<uintptr_t>(7));  // [2]
   uint64_t* mail_empty = mail_full + 2;                                          // [2]
-  [[maybe_unused]] uint64_t* cfull = mail_empty + 2;                            // CV: [CSTAGES]
-  [[maybe_unused]] uint64_t* cempty = cfull + C::CSTAGES;                       // CV: [CSTAGES]
-  [[maybe_unused]] int* ctile = reinterpret_cast<int*>(cempty + C::CSTAGES);   // CV: [CSTAGES]
 
 #ifdef QMOE_SM90_TRACE
   const unsigned long long t_entry = gtimer();
@@ -273,11 +247,11 @@ __global__ void __launch_bounds__(384, 1)
   const int wg = threadIdx.x >> 7, tid = threadIdx.x & 127;
   // A rows straight from the token rows (16-bit only, not CTA pairs): the producer warpgroup's 128
   // threads copy them and arrive on the stage's full barrier when their copies land (+ 128 arrivals)
-  const bool direct = !FP8 && !MC && !CV && p.a_src != nullptr;
+  const bool direct = !FP8 && !MC && p.a_src != nullptr;
   if (threadIdx.x == 0) {
 #pragma unroll
     for (int s = 0; s < STAGES; ++s) {
-      mbar_init(&full[s], CV ? 1 + 3 : direct ? 1 + 128 : 1);  // CV: + one arrival per converter warp
+      mbar_init(&full[s], direct ? 1 + 128 : 1);
       mbar_init(&empty[s], MC ? 16 : 8);  // one arrival per consumer warp (both warpgroups, tail tiles too; MC: of both CTAs)
     }
     if constexpr (MC) {
@@ -285,13 +259,6 @@ __global__ void __launch_bounds__(384, 1)
       for (int b = 0; b < 2; ++b) {
         mbar_init(&mail_full[b], 1);
         mbar_init(&mail_empty[b], 1);
-      }
-    }
-    if constexpr (CV) {
-#pragma unroll
-      for (int c = 0; c < C::CSTAGES; ++c) {
-        mbar_init(&cfull[c], 1);
-        mbar_init(&cempty[c], 3);  // one arrival per converter warp
       }
     }
     mbar_init_fence();
@@ -339,97 +306,6 @@ __global__ void __launch_bounds__(384, 1)
     }
   };
   const int first_tile = MC ? static_cast<int>(blockIdx.x / 2) : static_cast<int>(blockIdx.x);
-
-  if constexpr (CV) {
-    if (wg == 0) setmaxnreg_dec<40>();  // (the whole warpgroup at one instruction)
-    if (wg == 0 && tid < 32) {  // the code boxes of every tile, in the order the tiles come
-      if (tid == 0) {
-        const uint8_t* codes = static_cast<const uint8_t*>(p.w);
-        const uint8_t* pairs = reinterpret_cast<const uint8_t*>(p.cv_sc);
-        int cs = 0;
-        uint32_t cph = 0;
-        for (int L = first_tile;; L = next_tile()) {
-          if (L >= ntiles) {  // no more tiles: -1 beside the next code slot, its barrier completed without data
-            mbar_wait(&cempty[cs], cph ^ 1);
-            ctile[cs] = -1;
-            mbar_arrive(&cfull[cs]);
-            break;
-          }
-          int mb, nb, e;
-          if (!tile_at(L, mb, nb, e)) continue;
-          const size_t box0 = (static_cast<size_t>(e) * w_nt + nb) * w_kt;  // BN = 256: nb is the box
-          for (int kb = 0; kb < nk; ++kb) {
-            mbar_wait(&cempty[cs], cph ^ 1);
-            ctile[cs] = L;  // published by the barrier's arrival (release; the converter's wait acquires)
-            mbar_expect_tx(&cfull[cs], C::CODE_ST);
-            bulk_load(sC + cs * C::CODE_ST, codes + (box0 + kb) * 8192, 8192, &cfull[cs]);
-            bulk_load(sC + cs * C::CODE_ST + 8192, pairs + (box0 + kb) * 1024, 1024, &cfull[cs]);
-            if (++cs == C::CSTAGES) {
-              cs = 0;
-              cph ^= 1;
-            }
-          }
-        }
-      }
-      return;
-    }
-    if (wg == 0) {  // the converter (warps 1-3): code box -> the B box of the next operand stage (+ its A box)
-      const int lane = tid & 31, ct = tid - 32;
-      if (ct == 0) asm volatile("prefetch.tensormap [%0];\n" ::"l"(reinterpret_cast<uint64_t>(&tma_a)) : "memory");
-      int it = 0, cs = 0, kb = 0, mb = 0, nb = 0, e = 0;
-      uint32_t cph = 0;
-      for (;;) {
-        mbar_wait(&cfull[cs], cph);
-        const int L = ctile[cs];
-        const int s = it % STAGES;
-        mbar_wait(&empty[s], ((it / STAGES) & 1) ^ 1);
-        if (__any_sync(0xffffffffu, L < 0)) {  // no more tiles: -1 beside the stage, 1 + 3 arrivals
-          if (ct == 0) {
-            s_tile[s] = -1;
-            mbar_arrive(&full[s]);
-          }
-          if (lane == 0) mbar_arrive(&full[s]);
-          break;
-        }
-        if (kb == 0) tile_at(L, mb, nb, e);
-        if (ct == 0) {
-          if (kb == 0) s_tile[s] = L;  // published by the barrier's completion
-          mbar_expect_tx(&full[s], C::A_ST);
-          tma_load_2d(sA + s * C::A_ST, &tma_a, &full[s], kb * BK, mb * BM);
-        }
-        const uint32_t* cw = reinterpret_cast<const uint32_t*>(sC + cs * C::CODE_ST);
-        const uint32_t* sz = reinterpret_cast<const uint32_t*>(sC + cs * C::CODE_ST + 8192);
-        uint4* ob = reinterpret_cast<uint4*>(sB + s * C::B_ST);
-#pragma unroll 2
-        for (int j = ct; j < 2048; j += 96) {  // chunk j of the box: row j / 8
-          const uint32_t w = cw[j];
-          const uint32_t pz = sz[j >> 3];  // {scale, kInt4Base + z} of the row
-          const uint32_t ss = __byte_perm(pz, 0u, 0x1010u), zz = __byte_perm(pz, 0u, 0x3232u);
-          uint32_t o[4];
-#pragma unroll
-          for (int k2 = 0; k2 < 4; ++k2) {  // k pair k2: nibbles k2 (k 2 k2) and k2 + 4 (k 2 k2 + 1)
-            uint32_t t;
-            asm("lop3.b32 %0, %1, %2, %3, 0xEA;\n" : "=r"(t) : "r"(w >> (4 * k2)), "n"(0x000F000Fu), "n"(Op::kInt4Magic));
-            o[k2] = Op::mul2(Op::sub2(t, zz), ss);
-          }
-          ob[j] = make_uint4(o[0], o[1], o[2], o[3]);
-        }
-        fence_proxy_async_smem();  // the stores, before the HGMMAs that read them (async proxy)
-        __syncwarp();
-        if (lane == 0) {
-          mbar_arrive(&full[s]);
-          mbar_arrive(&cempty[cs]);
-        }
-        ++it;
-        if (++cs == C::CSTAGES) {
-          cs = 0;
-          cph ^= 1;
-        }
-        if (++kb == nk) kb = 0;
-      }
-      return;
-    }
-  }
 
   if (wg == 0) {
     setmaxnreg_dec<40>();
@@ -645,7 +521,7 @@ __global__ void __launch_bounds__(384, 1)
         const int s = (it + kb) % STAGES;
         mbar_wait(&full[s], ((it + kb) / STAGES) & 1);
         if (kb == 0) QMOE_TRACE(1);
-        if (direct || CV) fence_proxy_async_smem();  // A (B) came by cp.async (st.shared: the generic proxy); wgmma reads it
+        if (direct) fence_proxy_async_smem();  // A came by cp.async (the generic proxy); wgmma reads it
         const uint8_t* a_st = sA + s * C::A_ST + rw * 128;
         const uint8_t* b_st = sB + s * C::B_ST + cn * 128;
         wgmma_fence();
@@ -2038,60 +1914,6 @@ __global__ void make_plain_kernel(const uint8_t* __restrict__ src, int esz, int 
   }
 }
 
-// CV code image (DevProj::wc, the CV kernel's comment): word id of box (e, nb, kb) holds chunk
-// j of the swizzled 256-row x 64-k box (id = box * 2048 + j): prepared row nb * 256 + j / 8, k-columns kb * 64 + 8 v .. + 7 with v = (j % 8) ^ (row % 8), code of
-// column 2 i (2 i + 1) in nibble i (i + 4). The codes come from the prepared int4 atoms (repack_kernel's
-// order: lane (g, t4), word s, nibble (j2 * 2 + bi) + 4 e2 holds row 16 tile + 8 j2 + g, k-column
-// 64 ka + 16 s + 8 bi + 2 t4 + e2); rows past np: zeros.
-__global__ void make_cv_codes_kernel(const uint32_t* __restrict__ atoms, int E, int np, int kp, int nt,
-                                     uint32_t* __restrict__ dst) {
-  const int kt = kp / 64;
-  const int64_t total = static_cast<int64_t>(E) * nt * kt * 2048;
-  for (int64_t id = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; id < total;
-       id += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t box = id >> 11;
-    const int kb = static_cast<int>(box % kt), nb = static_cast<int>((box / kt) % nt);
-    const int64_t e = box / kt / nt;
-    const int j = static_cast<int>(id & 2047), r = j >> 3, v = (j & 7) ^ (r & 7);
-    const int n = nb * 256 + r;
-    uint32_t w = 0;
-    if (n < np) {
-      const uint32_t* atom = atoms + ((e * (np / 16) + (n >> 4)) * kt + kb) * 128;
-      const int j2 = (n >> 3) & 1, g = n & 7;
-#pragma unroll
-      for (int i = 0; i < 8; ++i) {
-        const int k = v * 8 + i;  // within the 64-k atom
-        const int s = k >> 4, bi = (k >> 3) & 1, t4 = (k >> 1) & 3, e2 = k & 1;
-        const uint32_t code = (atom[(g * 4 + t4) * 4 + s] >> (4 * ((j2 * 2 + bi) + 4 * e2))) & 0xFu;
-        w |= code << ((i & 1) * 16 + (i >> 1) * 4);
-      }
-    }
-    dst[id] = w;
-  }
-}
-// CV pairs (DevProj::wc_sc): entry (box (e, nb, kb), r) = {scale, kInt4Base + z} of prepared row
-// nb * 256 + r for the group of k-column kb * 64, as operand-dtype values (exact: DevProj::scale16;
-// scale 0 for rows that are padding).
-__global__ void make_cv_pairs_kernel(const float* __restrict__ scale, const float* __restrict__ zero, int E, int np,
-                                     int nt, int kt, int kg, int kchunk, int nsc, int n, int interleaved, int half,
-                                     int f16, uint32_t* __restrict__ dst) {
-  const int64_t total = static_cast<int64_t>(E) * nt * kt * 256;
-  for (int64_t id = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; id < total;
-       id += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int r = static_cast<int>(id & 255);
-    const int64_t box = id >> 8;
-    const int kb = static_cast<int>(box % kt), nb = static_cast<int>((box / kt) % nt);
-    const int64_t e = box / kt / nt;
-    const int pn = nb * 256 + r;
-    const int row = interleaved ? interleaved_row(pn, half) : pn;
-    const bool ok = pn < np && (!interleaved || (pn >> 4) * 8 + (pn & 7) < half) && row < n;
-    const int g = kchunk > 0 ? min(kb * 64 / kchunk, kg - 1) : 0;
-    const float sc = ok ? scale[(e * kg + g) * nsc + row] : 0.f;
-    const float z = ok && zero != nullptr ? zero[(e * kg + g) * n + row] : 8.f;
-    dst[id] = f16 ? F16::pack(sc, F16::kInt4Base + z) : BF16::pack(sc, BF16::kInt4Base + z);
-  }
-}
-
 // ---- host side ----------------------------------------------------------------------------------------
 using EncodeTiled = CUresult (*)(CUtensorMap*, CUtensorMapDataType, cuuint32_t, void*, const cuuint64_t*,
                                  const cuuint64_t*, const cuuint32_t*, const cuuint32_t*, CUtensorMapInterleave,
@@ -2209,18 +2031,6 @@ void launch_gemm(const Sm90Gemm& p, cudaStream_t s) {
     }
   }
 #endif
-}
-
-template <class Op, int BM>
-void launch_gemm_cv(const Sm90Gemm& p, cudaStream_t s) {
-  using C = Sm90Cfg<false, BM, false, false, true>;
-  auto kern = sm90_moe_gemm_kernel<Op, false, false, BM, false, false, true>;
-  static std::once_flag once;
-  std::call_once(once, [&] { QMOE_CUDA_OK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM)); });
-  const CUtensorMap ma = make_map(p.a, false, p.k, p.a_rows, static_cast<int64_t>(p.a_pitch) * 2, BM);
-  const dim3 grid = raster_grid(raster_tiles(p.max_blocks, (p.np + C::BN - 1) / C::BN), p.tile_counter != nullptr);
-  kern<<<grid, 384, C::SMEM, s>>>(ma, p);
-  QMOE_CUDA_LAUNCH_OK();
 }
 
 template <class Op, bool FP8, int NT, bool I8 = false>
@@ -2354,34 +2164,6 @@ void launch_sm90_gemm(bool f16, int kind, const Sm90Gemm& p, cudaStream_t s) {
     if (f16) b64 ? launch_gemm<F16, false, false, 64>(p, s) : launch_gemm<F16, false>(p, s);
     else b64 ? launch_gemm<BF16, false, false, 64>(p, s) : launch_gemm<BF16, false>(p, s);
   }
-}
-
-void launch_sm90_cv_gemm(bool f16, const Sm90Gemm& p, cudaStream_t s) {
-  QMOE_CHECK((p.block == kBM || p.block == 64) && p.cv && p.cv_sc != nullptr && p.a_src == nullptr && !p.cluster2 &&
-                 p.kp % 64 == 0,
-             kInternal, "sm90 CV GEMM: M-blocks of ", p.block, " rows (128 or 64), a code image and A by TMA");
-  if (f16) p.block == 64 ? launch_gemm_cv<F16, 64>(p, s) : launch_gemm_cv<F16, kBM>(p, s);
-  else p.block == 64 ? launch_gemm_cv<BF16, 64>(p, s) : launch_gemm_cv<BF16, kBM>(p, s);
-}
-
-void build_cv_image(DevProj& pr, int num_experts, int half, bool f16) {
-  pr.wc = DevBuf();
-  pr.wc_sc = DevBuf();
-  if (pr.fmt != WFmt::kU4 || pr.g_idx.ptr != nullptr || !pr.scale16 || pr.scale.ptr == nullptr ||
-      pr.n_div != 1 || (pr.kchunk != 0 && pr.kchunk % 128 != 0) || pr.kp % 64 != 0 || pr.np % 16 != 0 ||
-      !env_on("QMOE_CUDA_WQ_CV") || !sm90_available())
-    return;
-  const int nt = sm90_plain_nt(pr.np), kt = pr.kp / 64;
-  pr.wc = DevBuf(sm90_cv_code_bytes(num_experts, pr.np, pr.kp));
-  pr.wc_sc = DevBuf(sm90_cv_pair_bytes(num_experts, pr.np, pr.kp));
-  const int64_t words = static_cast<int64_t>(pr.wc.bytes / 4), pairs = static_cast<int64_t>(pr.wc_sc.bytes / 4);
-  make_cv_codes_kernel<<<static_cast<unsigned>(std::min<int64_t>((words + 255) / 256, 65535 * 8)), 256>>>(
-      pr.w.as<uint32_t>(), num_experts, pr.np, pr.kp, nt, pr.wc.as<uint32_t>());
-  QMOE_CUDA_LAUNCH_OK();
-  make_cv_pairs_kernel<<<static_cast<unsigned>(std::min<int64_t>((pairs + 255) / 256, 65535 * 8)), 256>>>(
-      pr.scale.as<float>(), pr.zero.as<float>(), num_experts, pr.np, nt, kt, pr.kg, pr.kchunk, pr.nsc, pr.n,
-      pr.interleaved ? 1 : 0, half, f16 ? 1 : 0, pr.wc_sc.as<uint32_t>());
-  QMOE_CUDA_LAUNCH_OK();
 }
 
 void launch_sm90_stream(bool f16, int kind, const Sm90Gemm& p, cudaStream_t s) {

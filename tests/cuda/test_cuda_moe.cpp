@@ -146,8 +146,7 @@ void expect_within_rounding_baseline(const Tensor& got, const Tensor& want, cons
 }
 
 // got (from kernels `kern`) against the exact reference `want` of (w, cfg, x, r) within tol; where
-// the kernels fold int4 group scales into the operands (" fold", and the converted int4 operands of
-// the 16-bit tile kernel, " cv": the same one rounding per weight), the rounding baseline instead,
+// the kernels fold int4 group scales into the operands (" fold"), the rounding baseline instead,
 // and the reference on the rounded weights (made once into `rounded`) to the exact kernels'
 // tolerance with atol 2^-5 rms(y): against those weights only fp32 summation order differs, but a
 // flip of h's bf16 rounding (header comment) moves outputs by |w2[n, i]| * ulp(h_i), and asym int4
@@ -157,7 +156,7 @@ void expect_within_rounding_baseline(const Tensor& got, const Tensor& want, cons
 void expect_reference(const Tensor& got, const Tensor& want, const ExpertWeights& w, const MoeConfig& cfg,
                       const Tensor& x, const Routing& r, const std::string& kern, const Tol& tol, const std::string& what,
                       std::optional<ExpertWeights>& rounded) {
-  if (kern.find(" fold") == std::string::npos && kern.find(" cv") == std::string::npos) {
+  if (kern.find(" fold") == std::string::npos) {
     expect_close(got, want, tol, what);
     return;
   }
@@ -878,7 +877,6 @@ TEST(CudaSm90, QuantizedWeightTokenTiles) {
   add("nvfp4_w4a4", [](auto& sp) { sp.kind = SchemeKind::kNVFP4; sp.group_size = 16; });
   add("mxfp4a16", [](auto& sp) { sp.kind = SchemeKind::kMXFP4A16; sp.group_size = 32; });
   test::ScopedEnv env("QMOE_CUDA_WGMMA_MIN_ROWS", "1");
-  env.set("QMOE_CUDA_WQ_CV", "0");  // the wq kernel's token tiles (the converted operands: ConvertedInt4OnHgmma)
   const int E = 6, H = 392, I = 232;
   for (size_t ci = 0; ci < cases.size(); ++ci) {
     const Case& c = cases[ci];
@@ -940,7 +938,6 @@ TEST(CudaSm90, FoldedGroupScales) {
     EXPECT_EQ(ex.w13.scale16, exact16) << c.name;
     std::optional<ExpertWeights> rounded;
     test::ScopedEnv env("QMOE_CUDA_WGMMA_MIN_ROWS", "1");
-    env.set("QMOE_CUDA_WQ_CV", "0");  // the wq kernel (the converted operands: ConvertedInt4OnHgmma)
     for (const std::string tn : {"128", "64", "32"}) {
       env.set("QMOE_CUDA_WQ_TN", tn.c_str());
       for (int mode : {0, 2}) {  // 2: expert 3 gets no token
@@ -958,155 +955,6 @@ TEST(CudaSm90, FoldedGroupScales) {
         }
       }
     }
-  }
-}
-
-// The code image of the converted int4 operands (DevProj::wc / wc_sc, Sm90Gemm::cv), every word of
-// both projections read back: each chunk's 8 values, (u - z) x scale rounded once to the operand
-// dtype as the converter computes them from the word and its row's pair, must equal the reference's
-// exact dequantization of that (original row, k-column) rounded to the operand dtype, with the row
-// and columns the chunk's place in the swizzled 256-row x 64-k box says (w13's rows interleaved by 8,
-// slot (j % 8) ^ (row % 8)); rows past N give zeros. Groups of 128 ending inside K (H = 392), asym,
-// bf16; channel scales, sym, fp16; np not a multiple of 256 (w13 N = 464, w2 N = 392). fp32 scales
-// (not exact operand-dtype values) and int4 g32 make no image.
-TEST(CudaSm90, ConvertedInt4ImageMatchesCodes) {
-  SKIP_WITHOUT_GPU();
-  SKIP_WITHOUT_SM90();
-  std::vector<Case> cases;
-  auto add = [&](std::string n, auto f) { add_case(cases, std::move(n), f); };
-  add("int4_g128_asym", [](auto& sp) { sp.kind = SchemeKind::kWNA16; sp.bits = 4; sp.group_size = 128; sp.symmetric = false; });
-  add("int4_channel_sym_fp16", [](auto& sp) {
-    sp.kind = SchemeKind::kWNA16; sp.bits = 4; sp.group_size = 0; sp.act_dtype = DType::kF16; sp.scale_dtype = DType::kF16; });
-  add("int4_g128_f32scale", [](auto& sp) {
-    sp.kind = SchemeKind::kWNA16; sp.bits = 4; sp.group_size = 128; sp.scale_dtype = DType::kF32; });
-  add("int4_g32", [](auto& sp) { sp.kind = SchemeKind::kWNA16; sp.bits = 4; sp.group_size = 32; });
-  const int E = 3, H = 392, I = 232;
-  for (size_t ci = 0; ci < cases.size(); ++ci) {
-    const Case& c = cases[ci];
-    ExpertWeights w = make_weights(c.spec, E, H, I, 1400 + static_cast<int>(ci));
-    cuda::DevExperts ex = cuda::prepare(w, Activation::kSiluMul);
-    const bool f16 = w.act_dtype == DType::kF16;
-    const bool image = c.spec.scale_dtype != DType::kF32 && c.spec.group_size != 32;
-    for (bool is13 : {true, false}) {
-      const cuda::DevProj& pr = is13 ? ex.w13 : ex.w2;
-      const std::string what = str(c.name, is13 ? " w13" : " w2");
-      ASSERT_EQ(pr.wc.ptr != nullptr, image) << what;
-      ASSERT_EQ(pr.wc_sc.ptr != nullptr, image) << what;
-      if (!image) continue;
-      const int N = is13 ? 2 * I : H, K = is13 ? H : I;
-      const int nt = cuda::sm90_plain_nt(pr.np), kt = pr.kp / 64;
-      ASSERT_EQ(pr.wc.bytes, cuda::sm90_cv_code_bytes(E, pr.np, pr.kp)) << what;
-      ASSERT_EQ(pr.wc_sc.bytes, cuda::sm90_cv_pair_bytes(E, pr.np, pr.kp)) << what;
-      std::vector<uint32_t> words(pr.wc.bytes / 4), pairs(pr.wc_sc.bytes / 4);
-      ASSERT_EQ(cudaMemcpy(words.data(), pr.wc.ptr, pr.wc.bytes, cudaMemcpyDeviceToHost), cudaSuccess);
-      ASSERT_EQ(cudaMemcpy(pairs.data(), pr.wc_sc.ptr, pr.wc_sc.bytes, cudaMemcpyDeviceToHost), cudaSuccess);
-      Tensor deq = ref::dequantize_proj(w, is13);  // F32 [E, N, K]
-      auto op_value = [&](uint32_t h16) {
-        return f16 ? codec::f16_to_f32(static_cast<uint16_t>(h16)) : codec::bf16_to_f32(static_cast<uint16_t>(h16));
-      };
-      auto round_op = [&](double v) {
-        return f16 ? codec::round_f16(static_cast<float>(v)) : codec::round_bf16(static_cast<float>(v));
-      };
-      const float base = f16 ? 1024.f : 128.f;
-      int64_t checked = 0;
-      for (int e = 0; e < E; ++e)
-        for (int nb = 0; nb < nt; ++nb)
-          for (int kb = 0; kb < kt; ++kb) {
-            const size_t box = (static_cast<size_t>(e) * nt + nb) * kt + kb;
-            for (int id = 0; id < 2048; ++id) {
-              const int j = id, r = j >> 3, v = (j & 7) ^ (r & 7);
-              const int n = nb * 256 + r;  // prepared row
-              const int orow = is13 ? ((n >> 3) & 1) * I + (n >> 4) * 8 + (n & 7) : n;
-              const bool live = n < pr.np && (is13 ? (n >> 4) * 8 + (n & 7) < I : n < N) && orow < N;
-              const uint32_t word = words[box * 2048 + id], pair = pairs[box * 256 + r];
-              const float sc = op_value(pair & 0xFFFFu), zb = op_value(pair >> 16);
-              for (int i = 0; i < 8; ++i) {
-                const int k = kb * 64 + v * 8 + i;
-                const uint32_t u = (word >> ((i & 1) * 16 + (i >> 1) * 4)) & 0xFu;
-                const float got = round_op((static_cast<double>(u) + base - zb) * sc);
-                if (!live) {
-                  ASSERT_EQ(got, 0.f) << what << " e " << e << " prepared row " << n << " k " << k;
-                  continue;
-                }
-                if (k >= K) continue;  // K padding: A's columns there are zeros
-                const float want = round_op(deq.data<float>()[(static_cast<int64_t>(e) * N + orow) * K + k]);
-                ASSERT_EQ(got, want) << what << " e " << e << " row " << orow << " k " << k << " u " << u
-                                     << " scale " << sc << " z " << zb - base;
-                ++checked;
-              }
-            }
-          }
-      EXPECT_EQ(checked, static_cast<int64_t>(E) * N * K) << what;
-    }
-  }
-}
-
-// int4 WNA16 on the 16-bit tile kernel (Sm90Gemm::cv: codes converted to 16-bit operands in shared
-// memory by a fourth warpgroup, HGMMA with both operands from shared memory): 128-row M-blocks (M =
-// 700, top-2 of 6: ~233 rows per expert, tails on one consumer warpgroup) and 64-row ones (M = 100
-// by the rule, M = 700 forced by QMOE_CUDA_WQ_TN=64), group 128 asym bf16, group 256 sym fp16
-// (groups ending inside K), channel asym with biases (gpt-oss style), H = 392 / I = 520 (K ends inside
-// a 64-k box, N inside a 256-row box), an expert with no tokens, expert parallelism. Against the
-// reference as the folded kernel is (the rounding baseline, and the reference on the rounded weights
-// to the exact kernels' tolerance: expect_reference); the persistent and the one-CTA-per-tile runs
-// bit-identical; QMOE_CUDA_WQ_CV=0 runs the wq kernel instead (no " cv").
-TEST(CudaSm90, ConvertedInt4OnHgmma) {
-  SKIP_WITHOUT_GPU();
-  SKIP_WITHOUT_SM90();
-  std::vector<Case> cases;
-  auto add = [&](std::string n, auto f) { add_case(cases, std::move(n), f); };
-  add("int4_g128_asym", [](auto& sp) { sp.kind = SchemeKind::kWNA16; sp.bits = 4; sp.group_size = 128; sp.symmetric = false; });
-  add("int4_g256_sym_fp16", [](auto& sp) {
-    sp.kind = SchemeKind::kWNA16; sp.bits = 4; sp.group_size = 256; sp.act_dtype = DType::kF16; sp.scale_dtype = DType::kF16; });
-  add("int4_channel_asym_bias", [](auto& sp) {
-    sp.kind = SchemeKind::kWNA16; sp.bits = 4; sp.group_size = 0; sp.symmetric = false; sp.bias = true; });
-  const int E = 6, H = 392, I = 520;
-  for (size_t ci = 0; ci < cases.size(); ++ci) {
-    const Case& c = cases[ci];
-    ExpertWeights w = make_weights(c.spec, E, H, I, 1500 + static_cast<int>(ci));
-    cuda::DevExperts ex = cuda::prepare(w, Activation::kSiluMul);
-    ASSERT_NE(ex.w13.wc.ptr, nullptr) << c.name;
-    std::optional<ExpertWeights> rounded;
-    test::ScopedEnv env("QMOE_CUDA_WGMMA_MIN_ROWS", "1");
-    for (const char* tn : {"", "64"}) {
-      if (tn[0] != '\0') env.set("QMOE_CUDA_WQ_TN", tn);
-      for (int mode : {0, 2}) {  // 2: expert 3 gets no token
-        for (int64_t m : {700, 100}) {
-          if (m == 100 && tn[0] != '\0') continue;
-          const std::string kern = cuda::forward_kernels(ex, m, 2);
-          const bool b64 = m == 100 || tn[0] != '\0';
-          const std::string what = str(c.name, " TN ", tn, " mode ", mode, " M=", m, " (", kern, ")");
-          ASSERT_NE(kern.find(b64 ? "gemm1=sm90-wgmma64 " : "gemm1=sm90-wgmma "), std::string::npos) << what;
-          ASSERT_NE(kern.find(" cv"), std::string::npos) << what;
-          Tensor x = test::random_tensor(w.act_dtype, {m, H}, 1510 + m + mode);
-          Routing r = random_routing(m, 2, E, 1520 + m + mode, mode);
-          Tensor want = ref::reference_forward_routed(w, config(E, 2), nullptr, x, r.w, r.ids);
-          Tensor got = run_device(ex, nullptr, x, r, false);
-          expect_reference(got, want, w, config(E, 2), x, r, kern, Tol{}, what, rounded);
-          env.set("QMOE_CUDA_PERSIST", "0");
-          Tensor one = run_device(ex, nullptr, x, r, false);
-          env.set("QMOE_CUDA_PERSIST", "1");
-          ASSERT_EQ(test::values(one), test::values(got)) << what << ": one CTA per tile against persistent";
-        }
-      }
-    }
-    env.set("QMOE_CUDA_WQ_TN", "0");
-    std::vector<int32_t> emap = {0, -1, 1, 2, -1, 3, 4, -1, 5};
-    const int64_t m = 500;
-    Tensor x = test::random_tensor(w.act_dtype, {m, H}, 1530);
-    Routing r = random_routing(m, 2, 9, 1531);
-    MoeConfig cfg = config(9, 2);
-    cfg.expert_map = emap;
-    Tensor want = ref::reference_forward_routed(w, cfg, nullptr, x, r.w, r.ids);
-    std::string kern = cuda::forward_kernels(ex, m, 2);
-    ASSERT_NE(kern.find(" cv"), std::string::npos) << c.name << " EP " << kern;
-    expect_reference(run_device(ex, nullptr, x, r, false, emap), want, w, cfg, x, r, kern, Tol{},
-                     str(c.name, " EP M=", m, " (", kern, ")"), rounded);
-    env.set("QMOE_CUDA_WQ_CV", "0");
-    kern = cuda::forward_kernels(ex, m, 2);
-    ASSERT_EQ(kern.find(" cv"), std::string::npos) << c.name << " with QMOE_CUDA_WQ_CV=0: " << kern;
-    expect_reference(run_device(ex, nullptr, x, r, false, emap), want, w, cfg, x, r, kern, Tol{},
-                     str(c.name, " EP M=", m, " (", kern, ")"), rounded);
   }
 }
 

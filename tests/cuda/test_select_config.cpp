@@ -337,6 +337,11 @@ TEST(SelectSm90, RowsPerExpertThresholds) {
   EXPECT_EQ(select_sm90(64, 63, Sm90Kind::kWq).bm, 128);
   EXPECT_EQ(select_sm90(65, 128, Sm90Kind::kWq).bm, 128);
   EXPECT_EQ(select_sm90(64, 16, Sm90Kind::kFp4).bm, 128);  // llama4-scout M = 1024
+  // ... but not for W4A8 (measured slower on 64-row tiles there); at <= 48 rows it takes them too
+  EXPECT_EQ(select_sm90(64, 128, Sm90Kind::kWq, 0, -1, 0, true).bm, 128);
+  EXPECT_EQ(select_sm90(48, 128, Sm90Kind::kWq, 0, -1, 0, true).bm, 64);
+  EXPECT_EQ(select_sm90(24, 128, Sm90Kind::kWq, 0, -1, 0, true).bm, 32);
+  EXPECT_EQ(select_sm90(64, 128, Sm90Kind::kWq, 0, -1, 64, true).bm, 64);  // forced
 }
 
 // The streaming kernel's rule (config.h select_sm90_stream) on the anchor shapes (132 SMs; boxes =

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# NOT RUN: no device machine came in two tries; its parts went into run2.sh.
 # session 37, call 1 (HEAD 625d1be): (a) s36's call 4 (not run then): select_sm90's 64-row wq token
 # tile up to 64 rows per expert with >= 64 experts against QMOE_CUDA_WQ_TN=128 at qwen3-30b-a3b
 # M = 1024, every scheme on the wq kernel, three alternations; (b) 64-row M-blocks for the 16-bit /

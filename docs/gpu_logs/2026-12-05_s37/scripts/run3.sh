@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# NOT RUN: no device machine came in three tries; HEAD d2b59aa did not run through the GPU suite (r2 ran it with the CV path on, at 65b2c6f).
 # session 37, call 3: HEAD after the CV revert and W4A8's 128-row wq tiles: the whole GPU suite, then
 # on an H200 the anchor rows (bf16 / fp8 / int4 at every M) if the time allows.
 B=build-gpu-carry; W=$OUT/r3; mkdir -p $W

@@ -328,7 +328,7 @@ struct ExpertsPlan {
                                                                                : Sm90Kind::kPlain;
       Sm90Choice c2 =
           select_sm90(rows_per_expert, ex.num_experts, kind, wgmma_min_rows_env(), wg64_max_rows_env(), wq_tn_env(),
-                      op.wq && ex.fmt == WFmt::kU4 && ex.act_quant != ActQuant::kNone);  // W4A8
+                      ex.fmt == WFmt::kU4 && ex.act_quant != ActQuant::kNone);  // W4A8 (int4 x quantized activations)
       const bool sm90_ok = sm90_eligible(ex);
       c2.wgmma = c2.wgmma && sm90_ok;
       // 16-bit weights, fp8 with one scale pair for all of K in both projections, INT8 W8A8 (channel

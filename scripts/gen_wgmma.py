@@ -81,6 +81,12 @@ out.append(gen("wgmma_ra_n32_of64_bf16", 32, "bf16.bf16", 16, a_regs=True, d_len
 out.append(gen("wgmma_ra_n32_of64_f16", 32, "f16.f16", 16, a_regs=True, d_len=32))
 out.append(gen("wgmma_ra_n16_of32_bf16", 16, "bf16.bf16", 16, a_regs=True, d_len=16))
 out.append(gen("wgmma_ra_n16_of32_f16", 16, "f16.f16", 16, a_regs=True, d_len=16))
+# 256-row token tiles (int4 weights with channel or folded scales, many rows per expert: each
+# dequantized A fragment feeds twice the token columns) and their first halves
+out.append(gen("wgmma_ra_n256_bf16", 256, "bf16.bf16", 16, a_regs=True))
+out.append(gen("wgmma_ra_n256_f16", 256, "f16.f16", 16, a_regs=True))
+out.append(gen("wgmma_ra_n128_of256_bf16", 128, "bf16.bf16", 16, a_regs=True, d_len=128))
+out.append(gen("wgmma_ra_n128_of256_f16", 128, "f16.f16", 16, a_regs=True, d_len=128))
 # W4A8 (int4 weights x fp8 activations) on QGMMA: int4 codes converted to e4m3 in registers (A),
 # the M-block's e4m3 token rows from shared memory (B); 128- and 64-row token tiles and their halves
 out.append(gen("wgmma_ra_n128_e4m3", 128, "e4m3.e4m3", 32, a_regs=True, trans=False))

@@ -362,13 +362,20 @@ inline bool stream_x_evict_last(int hint = -1) { return hint >= 0 ? hint == 1 : 
 //    session, H100, the rule against 128-row tiles, two alternations, qwen3-30b-a3b M = 1024: INT8
 //    weights 1.12x, NVFP4A16 / NVFP4 / MXFP4 1.07-1.08x, but W4A8 0.92x (int8 activations, 424 ->
 //    461 us) / 0.94x (fp8, 389 -> 415 us): W4A8 (w4a8 = true) keeps 128-row tiles there).
-//    wq_tn = 32 / 64 / 128 forces it (QMOE_CUDA_WQ_TN, measurements).
+//    256-row token tiles where the layer's int4 weights accumulate straight into acc in both GEMMs
+//    (`direct`: channel or folded group scales) and experts hold >= kWq256Rows rows (thirty-eighth
+//    session, H100, forced 256 against 128, int4 g128 folded, best of two: at >= 256 rows per
+//    expert 1.06-1.26x (mixtral-8x7b M = 4096, 1024 rows: 6160 -> 4896 us; M = 1024, 256 rows:
+//    1835 -> 1650; llama4-scout / qwen3-30b-a3b M = 4096, 256 rows: 1.11 / 1.06x), at 128 rows
+//    0.97-1.04x (kept on 128), at 32-64 rows 0.66-0.78x; int4 channel scales alike, 0.95-1.20x).
+//    wq_tn = 32 / 64 / 128 / 256 forces it (QMOE_CUDA_WQ_TN, measurements; 256 only where direct).
 //  * INT8 W8A8 (IGMMA on the plain copy; eighteenth session, r3, against the decode / 16-row
 //    mma.sync kernels, whose int8 path is slower than fp8's): from 2 rows per expert, M-blocks as
 //    16-bit / fp8 (deepseek-v3 / gpt-oss-120b M = 64, 2 rows: 1.21 / 1.17x; qwen3-30b-a3b M = 64,
 //    4 rows: 1.19x; M = 256, 16 rows: 1.74x).
+constexpr int64_t kWq256Rows = 192;
 inline Sm90Choice select_sm90(int64_t rows, int num_experts, Sm90Kind kind, int min_rows = 0, int rows64_max = -1,
-                              int wq_tn = 0, bool w4a8 = false) {
+                              int wq_tn = 0, bool w4a8 = false, bool direct = false) {
   Sm90Choice c;
   int need = 16;  // kPlain
   if (min_rows > 0) need = min_rows;
@@ -382,9 +389,12 @@ inline Sm90Choice select_sm90(int64_t rows, int num_experts, Sm90Kind kind, int 
     const bool b64 = rows64_max >= 0 ? rows <= rows64_max : (rows <= 40 || many_experts64);
     c.bm = b64 ? 64 : 128;
   } else if (kind == Sm90Kind::kWq || kind == Sm90Kind::kFp4) {
-    c.bm = wq_tn == 32 || wq_tn == 64 || wq_tn == 128 ? wq_tn
+    const bool wide = kind == Sm90Kind::kWq && direct;
+    c.bm = wq_tn == 256 ? (wide ? 256 : 128)
+           : wq_tn == 32 || wq_tn == 64 || wq_tn == 128 ? wq_tn
            : rows <= 24                                    ? 32
            : rows <= 48 || (many_experts64 && !w4a8)       ? 64
+           : wide && rows >= kWq256Rows                    ? 256
                                                            : 128;
   }
   return c;

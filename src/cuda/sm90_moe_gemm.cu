@@ -1127,16 +1127,21 @@ constexpr int wq_ctas() {
 }
 constexpr int kWqRingBytes = 192 * 1024;
 // TN: the M-block's token rows, wgmma's N (128, or 64 / 32 where experts hold few rows: a 128-row
-// block there is mostly padding, and its tensor work and token bytes scale with TN).
+// block there is mostly padding, and its tensor work and token bytes scale with TN; 256 where they
+// hold many and the kernel accumulates straight into acc (int4 channel / folded scales): each
+// dequantized A fragment then feeds 256 token columns, half the conversion per multiply-add, with
+// 128 accumulators per thread and three 72 KiB stages).
 template <WFmt F, int TN = kBM, int SC = kScChannel, bool Q8 = false>
 struct WqCfg {
-  static_assert(TN == 128 || TN == 64 || TN == 32, "token tiles of 128, 64 or 32 rows");
+  static_assert(TN == 256 || TN == 128 || TN == 64 || TN == 32, "token tiles of 256, 128, 64 or 32 rows");
   static constexpr int ATOMS = 128 / WqFmt<F>::KA;     // atoms per n16 tile per 128-k stage
   // TN tokens x 128 k: 16-bit values as two 64-k boxes, or (Q8) e4m3 codes as one 128-byte box
   static constexpr int X_ST = (Q8 ? 1 : 2) * TN * 128;
   static constexpr int W_ST = 8 * ATOMS * WqFmt<F>::UNIT;  // 8 n16 tiles
   static constexpr int RING = kWqRingBytes / wq_ctas<F, TN, SC>();
-  static constexpr int STAGES = TN == 128 ? kWqStages : (RING / (X_ST + W_ST) < 12 ? RING / (X_ST + W_ST) : 12);
+  static constexpr int STAGES = TN == 256   ? 3
+                                : TN == 128 ? kWqStages
+                                            : (RING / (X_ST + W_ST) < 12 ? RING / (X_ST + W_ST) : 12);
   // + row scales, slots, weights, the tile of each stage (persistent kernel), alignment
   static constexpr int SMEM = STAGES * (X_ST + W_ST) + 2 * STAGES * 8 + 3 * TN * 4 + STAGES * 4 + 1024;
 };
@@ -1202,7 +1207,9 @@ __device__ __forceinline__ void wgmma_ra_q8(float (&d)[TN / 2], const uint32_t (
 template <class Op, int TN, bool HALF = false>
 __device__ __forceinline__ void wgmma_ra(float (&d)[TN / 2], const uint32_t (&a)[4], uint64_t db, int scale_d) {
   constexpr bool bf = std::is_same_v<Op, BF16>;
-  if constexpr (TN == 128 && !HALF) bf ? wgmma_ra_n128_bf16(d, a, db, scale_d) : wgmma_ra_n128_f16(d, a, db, scale_d);
+  if constexpr (TN == 256 && !HALF) bf ? wgmma_ra_n256_bf16(d, a, db, scale_d) : wgmma_ra_n256_f16(d, a, db, scale_d);
+  else if constexpr (TN == 256) bf ? wgmma_ra_n128_of256_bf16(d, a, db, scale_d) : wgmma_ra_n128_of256_f16(d, a, db, scale_d);
+  else if constexpr (TN == 128 && !HALF) bf ? wgmma_ra_n128_bf16(d, a, db, scale_d) : wgmma_ra_n128_f16(d, a, db, scale_d);
   else if constexpr (TN == 128) bf ? wgmma_ra_n64_of128_bf16(d, a, db, scale_d) : wgmma_ra_n64_of128_f16(d, a, db, scale_d);
   else if constexpr (TN == 64 && !HALF) bf ? wgmma_ra_n64_bf16(d, a, db, scale_d) : wgmma_ra_n64_f16(d, a, db, scale_d);
   else if constexpr (TN == 64) bf ? wgmma_ra_n32_of64_bf16(d, a, db, scale_d) : wgmma_ra_n32_of64_f16(d, a, db, scale_d);
@@ -1219,6 +1226,8 @@ __global__ void __launch_bounds__(384, wq_ctas<F, TN, SC>())
   static_assert(!FOLD || F == WFmt::kU4, "folded group scales: int4 atoms");
   static_assert(!Q8 || (F == WFmt::kU4 && !FOLD && wq_ctas<F, TN, SC>() == 1),
                 "Q8: int4 atoms, group or channel scales, one CTA per SM (the interleaved loop)");
+  static_assert(TN != 256 || (F == WFmt::kU4 && (CHANNEL || FOLD) && !Q8),
+                "256-row token tiles: int4 atoms accumulating straight into acc (no second accumulator set)");
   // the zero-point magic and the exact (u - z) pairs: fp16 for Q8 (converted to e4m3 from there)
   using CvOp = std::conditional_t<Q8, F16, Op>;
   constexpr int NJ = TN / 8;  // n8 token groups of the accumulators
@@ -1366,16 +1375,18 @@ __global__ void __launch_bounds__(384, wq_ctas<F, TN, SC>())
     constexpr bool channel = (CHANNEL || FP4 || FOLD) && !Q8;
     // the M-block's activation scales (W4A8, W4A4), staged before the mainloop for the epilogue
     float* s_rs = reinterpret_cast<float*>(empty + STAGES);
-    if (p.row_scale != nullptr && cw == 0 && tid < TN) s_rs[tid] = p.row_scale[static_cast<size_t>(mb * TN + tid) * p.rs_groups];
+    if (p.row_scale != nullptr && cw == 0)
+      for (int t = tid; t < TN; t += 128) s_rs[t] = p.row_scale[static_cast<size_t>(mb * TN + t) * p.rs_groups];
     // GEMM2: the M-block's output slots and router weights, staged before the mainloop (two
     // dependent loads per token in the epilogue waited ~2 memory round trips)
     int* s_sid = reinterpret_cast<int*>(s_rs + TN);
     float* s_w = reinterpret_cast<float*>(s_sid + TN);
-    if (p.stage == 2 && cw == 1 && tid < TN) {
-      const int sid = p.sorted_ids[mb * TN + tid];
-      s_sid[tid] = sid;
-      s_w[tid] = sid < p.numel && p.topk_w != nullptr ? p.topk_w[sid] : 1.f;
-    }
+    if (p.stage == 2 && cw == 1)
+      for (int t = tid; t < TN; t += 128) {
+        const int sid = p.sorted_ids[mb * TN + t];
+        s_sid[t] = sid;
+        s_w[t] = sid < p.numel && p.topk_w != nullptr ? p.topk_w[sid] : 1.f;
+      }
     // this thread's two rows' scales for all of K (channel / fp4 global) and biases, loaded before
     // the mainloop too (stage 1: the gate and up bias of intermediate column tile16 * 8 + lane / 4)
     float rsc[2] = {1.f, 1.f}, rb[2] = {0.f, 0.f};
@@ -2074,6 +2085,11 @@ void launch_wq(const Sm90Gemm& p, cudaStream_t s) {
     }
   }
   QMOE_CHECK(!p.q8, kInternal, "sm90 wq GEMM: Q8 is for int4 atoms with group or channel scales");
+  if (p.block == 256) {
+    if constexpr (F == WFmt::kU4 && SC != kScGroup) launch_wq_tn<Op, F, SC, 256>(p, s);
+    else QMOE_CHECK(false, kInternal, "sm90 wq GEMM: 256-row M-blocks are for int4 with channel or folded scales");
+    return;
+  }
   if (p.block == 32) launch_wq_tn<Op, F, SC, 32>(p, s);
   else if (p.block == 64) launch_wq_tn<Op, F, SC, 64>(p, s);
   else launch_wq_tn<Op, F, SC, kBM>(p, s);
@@ -2122,8 +2138,8 @@ bool sm90_supports(WFmt fmt, int mode, int chunk) {
 void launch_sm90_wq_gemm(bool f16, WFmt fmt, const Sm90Gemm& p, cudaStream_t s) {
   QMOE_CHECK(fmt == WFmt::kU4 || fmt == WFmt::kU8 || fmt == WFmt::kNV4 || fmt == WFmt::kMX4, kInternal,
              "sm90 wq GEMM: format ", static_cast<int>(fmt));
-  QMOE_CHECK(p.block == kBM || p.block == 64 || p.block == 32, kInternal, "sm90 wq GEMM: M-blocks of ", p.block,
-             " rows (128, 64 or 32)");
+  QMOE_CHECK(p.block == 256 || p.block == kBM || p.block == 64 || p.block == 32, kInternal, "sm90 wq GEMM: M-blocks of ",
+             p.block, " rows (256, 128, 64 or 32)");
   const bool ch = p.chunk >= p.kp;  // channel scales (or one group covering all of K)
   QMOE_CHECK(!p.fold || (fmt == WFmt::kU4 && p.row_scale == nullptr), kInternal,
              "sm90 wq GEMM: folded scales are for int4 WNA16 only");

@@ -958,6 +958,67 @@ TEST(CudaSm90, FoldedGroupScales) {
   }
 }
 
+// The wq kernel's 256-row token tiles (m64n256k16 with the dequantized weights from registers, 128
+// accumulators per thread, three stages): taken only where both GEMMs accumulate straight into acc
+// (int4 channel scales, or group scales folded into the operands), forced here (QMOE_CUDA_WQ_TN=256)
+// at 20-500 rows per expert: a tile mostly padding (half tiles: 128 token columns), one expert's rows
+// over two M-blocks (the second with <= 128 or > 128 live rows), an expert with no tokens, expert
+// parallelism; groups of 128 / 256 ending inside K (H = 392, I = 520), sym and asym, bf16 and fp16,
+// channel scales with biases. fp32 group scales (no fold) and the exact promoting path
+// (QMOE_CUDA_WQ_FOLD=0) keep 128-row tiles.
+TEST(CudaSm90, WideTokenTiles) {
+  SKIP_WITHOUT_GPU();
+  SKIP_WITHOUT_SM90();
+  std::vector<Case> cases;
+  auto add = [&](std::string n, auto f) { add_case(cases, std::move(n), f); };
+  add("int4_g128_sym", [](auto& sp) { sp.kind = SchemeKind::kWNA16; sp.bits = 4; sp.group_size = 128; });
+  add("int4_g256_asym_fp16", [](auto& sp) {
+    sp.kind = SchemeKind::kWNA16; sp.bits = 4; sp.group_size = 256; sp.symmetric = false;
+    sp.act_dtype = DType::kF16; sp.scale_dtype = DType::kF16; });
+  add("int4_channel_asym_bias", [](auto& sp) {
+    sp.kind = SchemeKind::kWNA16; sp.bits = 4; sp.group_size = 0; sp.symmetric = false; sp.bias = true; });
+  add("int4_g128_f32scale", [](auto& sp) {
+    sp.kind = SchemeKind::kWNA16; sp.bits = 4; sp.group_size = 128; sp.scale_dtype = DType::kF32; });
+  const int E = 6, H = 392, I = 520;
+  test::ScopedEnv env("QMOE_CUDA_WGMMA_MIN_ROWS", "1");
+  env.set("QMOE_CUDA_WQ_TN", "256");
+  for (size_t ci = 0; ci < cases.size(); ++ci) {
+    const Case& c = cases[ci];
+    ExpertWeights w = make_weights(c.spec, E, H, I, 1300 + static_cast<int>(ci));
+    cuda::DevExperts ex = cuda::prepare(w, Activation::kSiluMul);
+    const bool channel = c.spec.group_size == 0, exact16 = c.spec.scale_dtype != DType::kF32;
+    std::optional<ExpertWeights> rounded;
+    for (const char* fold : {"1", "0"}) {
+      env.set("QMOE_CUDA_WQ_FOLD", fold);
+      const bool wide = channel || (exact16 && fold[0] == '1');
+      for (int mode : {0, 2}) {  // 2: expert 3 gets no token
+        for (int64_t m : {60, 700, 1100, 1500}) {  // top-2 of 6 experts: 20 / 233 / 367 / 500 rows per expert
+          if (!wide && m != 700) continue;
+          const std::string kern = cuda::forward_kernels(ex, m, 2);
+          const std::string what = str(c.name, " fold ", fold, " mode ", mode, " M=", m, " (", kern, ")");
+          ASSERT_NE(kern.find(wide ? "gemm1=sm90-wgmma256 " : "gemm1=sm90-wgmma "), std::string::npos) << what;
+          Tensor x = test::random_tensor(w.act_dtype, {m, H}, 1310 + m + mode);
+          Routing r = random_routing(m, 2, E, 1320 + m + mode, mode);
+          Tensor want = ref::reference_forward_routed(w, config(E, 2), nullptr, x, r.w, r.ids);
+          expect_reference(run_device(ex, nullptr, x, r, false), want, w, config(E, 2), x, r, kern, tol_for(w, kern),
+                           what, rounded);
+        }
+      }
+    }
+    env.set("QMOE_CUDA_WQ_FOLD", "1");
+    std::vector<int32_t> emap = {0, -1, 1, 2, -1, 3, 4, -1, 5};
+    const int64_t m = 900;
+    Tensor x = test::random_tensor(w.act_dtype, {m, H}, 1330);
+    Routing r = random_routing(m, 3, 9, 1331);
+    MoeConfig cfg = config(9, 3);
+    cfg.expert_map = emap;
+    Tensor want = ref::reference_forward_routed(w, cfg, nullptr, x, r.w, r.ids);
+    const std::string kern = cuda::forward_kernels(ex, m, 3);
+    expect_reference(run_device(ex, nullptr, x, r, false, emap), want, w, cfg, x, r, kern, tol_for(w, kern),
+                     str(c.name, " EP M=", m, " (", kern, ")"), rounded);
+  }
+}
+
 // W4A8 with fp8 per-token activations on QGMMA (Sm90Gemm::q8: int4 codes converted to e4m3 operands
 // in registers, the token rows' codes in the Sm90Gather::kperm order): symmetric / asymmetric int4
 // (zero points: |u - z| up to 15), group 128 / 256 and channel scales, an fp16 model; 128- and

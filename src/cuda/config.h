@@ -390,7 +390,7 @@ inline Sm90Choice select_sm90(int64_t rows, int num_experts, Sm90Kind kind, int 
     c.bm = b64 ? 64 : 128;
   } else if (kind == Sm90Kind::kWq || kind == Sm90Kind::kFp4) {
     const bool wide = kind == Sm90Kind::kWq && direct;
-    c.bm = wq_tn == 256 ? (wide ? 256 : 128)
+    c.bm = wq_tn == 256 ? (wide || kind == Sm90Kind::kFp4 ? 256 : 128)
            : wq_tn == 32 || wq_tn == 64 || wq_tn == 128 ? wq_tn
            : rows <= 24                                    ? 32
            : rows <= 48 || (many_experts64 && !w4a8)       ? 64

@@ -1128,7 +1128,7 @@ constexpr int wq_ctas() {
 constexpr int kWqRingBytes = 192 * 1024;
 // TN: the M-block's token rows, wgmma's N (128, or 64 / 32 where experts hold few rows: a 128-row
 // block there is mostly padding, and its tensor work and token bytes scale with TN; 256 where they
-// hold many and the kernel accumulates straight into acc (int4 channel / folded scales): each
+// hold many and the kernel accumulates straight into acc (int4 channel / folded scales, fp4 units): each
 // dequantized A fragment then feeds 256 token columns, half the conversion per multiply-add, with
 // 128 accumulators per thread and three 72 KiB stages).
 template <WFmt F, int TN = kBM, int SC = kScChannel, bool Q8 = false>
@@ -1226,8 +1226,8 @@ __global__ void __launch_bounds__(384, wq_ctas<F, TN, SC>())
   static_assert(!FOLD || F == WFmt::kU4, "folded group scales: int4 atoms");
   static_assert(!Q8 || (F == WFmt::kU4 && !FOLD && wq_ctas<F, TN, SC>() == 1),
                 "Q8: int4 atoms, group or channel scales, one CTA per SM (the interleaved loop)");
-  static_assert(TN != 256 || (F == WFmt::kU4 && (CHANNEL || FOLD) && !Q8),
-                "256-row token tiles: int4 atoms accumulating straight into acc (no second accumulator set)");
+  static_assert(TN != 256 || ((kWqFp4<F> || (F == WFmt::kU4 && (CHANNEL || FOLD))) && !Q8),
+                "256-row token tiles: int4 atoms or fp4 units accumulating straight into acc (no second accumulator set)");
   // the zero-point magic and the exact (u - z) pairs: fp16 for Q8 (converted to e4m3 from there)
   using CvOp = std::conditional_t<Q8, F16, Op>;
   constexpr int NJ = TN / 8;  // n8 token groups of the accumulators
@@ -2086,8 +2086,8 @@ void launch_wq(const Sm90Gemm& p, cudaStream_t s) {
   }
   QMOE_CHECK(!p.q8, kInternal, "sm90 wq GEMM: Q8 is for int4 atoms with group or channel scales");
   if (p.block == 256) {
-    if constexpr (F == WFmt::kU4 && SC != kScGroup) launch_wq_tn<Op, F, SC, 256>(p, s);
-    else QMOE_CHECK(false, kInternal, "sm90 wq GEMM: 256-row M-blocks are for int4 with channel or folded scales");
+    if constexpr (kWqFp4<F> || (F == WFmt::kU4 && SC != kScGroup)) launch_wq_tn<Op, F, SC, 256>(p, s);
+    else QMOE_CHECK(false, kInternal, "sm90 wq GEMM: 256-row M-blocks are for fp4, or int4 with channel or folded scales");
     return;
   }
   if (p.block == 32) launch_wq_tn<Op, F, SC, 32>(p, s);

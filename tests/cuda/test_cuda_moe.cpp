@@ -960,7 +960,8 @@ TEST(CudaSm90, FoldedGroupScales) {
 
 // The wq kernel's 256-row token tiles (m64n256k16 with the dequantized weights from registers, 128
 // accumulators per thread, three stages): taken only where both GEMMs accumulate straight into acc
-// (int4 channel scales, or group scales folded into the operands), forced here (QMOE_CUDA_WQ_TN=256)
+// (int4 channel scales, group scales folded into the operands, fp4 units: NVFP4A16, NVFP4 W4A4 in
+// fp16, MXFP4 with biases), forced here (QMOE_CUDA_WQ_TN=256)
 // at 20-500 rows per expert: a tile mostly padding (half tiles: 128 token columns), one expert's rows
 // over two M-blocks (the second with <= 128 or > 128 live rows), an expert with no tokens, expert
 // parallelism; groups of 128 / 256 ending inside K (H = 392, I = 520), sym and asym, bf16 and fp16,
@@ -979,6 +980,9 @@ TEST(CudaSm90, WideTokenTiles) {
     sp.kind = SchemeKind::kWNA16; sp.bits = 4; sp.group_size = 0; sp.symmetric = false; sp.bias = true; });
   add("int4_g128_f32scale", [](auto& sp) {
     sp.kind = SchemeKind::kWNA16; sp.bits = 4; sp.group_size = 128; sp.scale_dtype = DType::kF32; });
+  add("nvfp4a16", [](auto& sp) { sp.kind = SchemeKind::kNVFP4A16; sp.group_size = 16; });
+  add("nvfp4_w4a4_fp16", [](auto& sp) { sp.kind = SchemeKind::kNVFP4; sp.group_size = 16; sp.act_dtype = DType::kF16; });
+  add("mxfp4a16_bias", [](auto& sp) { sp.kind = SchemeKind::kMXFP4A16; sp.group_size = 32; sp.bias = true; });
   const int E = 6, H = 392, I = 520;
   test::ScopedEnv env("QMOE_CUDA_WGMMA_MIN_ROWS", "1");
   env.set("QMOE_CUDA_WQ_TN", "256");
@@ -986,11 +990,13 @@ TEST(CudaSm90, WideTokenTiles) {
     const Case& c = cases[ci];
     ExpertWeights w = make_weights(c.spec, E, H, I, 1300 + static_cast<int>(ci));
     cuda::DevExperts ex = cuda::prepare(w, Activation::kSiluMul);
+    const bool fp4 = c.spec.kind != SchemeKind::kWNA16;  // fp4 units: always straight into acc
     const bool channel = c.spec.group_size == 0, exact16 = c.spec.scale_dtype != DType::kF32;
     std::optional<ExpertWeights> rounded;
     for (const char* fold : {"1", "0"}) {
+      if (fp4 && fold[0] == '0') continue;  // (the fold is int4's)
       env.set("QMOE_CUDA_WQ_FOLD", fold);
-      const bool wide = channel || (exact16 && fold[0] == '1');
+      const bool wide = fp4 || channel || (exact16 && fold[0] == '1');
       for (int mode : {0, 2}) {  // 2: expert 3 gets no token
         for (int64_t m : {60, 700, 1100, 1500}) {  // top-2 of 6 experts: 20 / 233 / 367 / 500 rows per expert
           if (!wide && m != 700) continue;

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# NOT RUN: no device machine could be started (two tries, session 38)
 # session 38 (second try), call 2: 256-row token tiles for fp4 units (NVFP4A16, NVFP4 W4A4, MXFP4).
 # (a) their test (CudaSm90.WideTokenTiles, forced, now with three fp4 cases) and the other wq tile tests;
 # (b) A/B in one binary, QMOE_CUDA_WQ_TN=128 against 256 (forced), MXFP4 and NVFP4A16 at M = 1024 / 4096

@@ -910,6 +910,20 @@ TEST(CudaSm90, QuantizedWeightTokenTiles) {
   }
 }
 
+// The int4 group-scale cases of the fold and wide-tile tests: scales that fold (bf16 sym g128, fp16
+// asym g256, both with groups ending inside K = 392 / 520) and fp32 scales that do not.
+std::vector<Case> fold_cases() {
+  std::vector<Case> cases;
+  auto add = [&](std::string n, auto f) { add_case(cases, std::move(n), f); };
+  add("int4_g128_sym", [](auto& sp) { sp.kind = SchemeKind::kWNA16; sp.bits = 4; sp.group_size = 128; });
+  add("int4_g256_asym_fp16", [](auto& sp) {
+    sp.kind = SchemeKind::kWNA16; sp.bits = 4; sp.group_size = 256; sp.symmetric = false;
+    sp.act_dtype = DType::kF16; sp.scale_dtype = DType::kF16; });
+  add("int4_g128_f32scale", [](auto& sp) {
+    sp.kind = SchemeKind::kWNA16; sp.bits = 4; sp.group_size = 128; sp.scale_dtype = DType::kF32; });
+  return cases;
+}
+
 // int4 WNA16 group scales folded into the wq kernel's operands (Sm90Gemm::fold): taken on 128- and
 // 64-row token tiles (one and two CTAs per SM) where every scale is an exact operand-dtype value
 // (bf16 scales of a bf16 model, fp16 ones of an fp16 model); not on 32-row tiles (measured slower
@@ -921,14 +935,7 @@ TEST(CudaSm90, QuantizedWeightTokenTiles) {
 TEST(CudaSm90, FoldedGroupScales) {
   SKIP_WITHOUT_GPU();
   SKIP_WITHOUT_SM90();
-  std::vector<Case> cases;
-  auto add = [&](std::string n, auto f) { add_case(cases, std::move(n), f); };
-  add("int4_g128_sym", [](auto& sp) { sp.kind = SchemeKind::kWNA16; sp.bits = 4; sp.group_size = 128; });
-  add("int4_g256_asym_fp16", [](auto& sp) {
-    sp.kind = SchemeKind::kWNA16; sp.bits = 4; sp.group_size = 256; sp.symmetric = false;
-    sp.act_dtype = DType::kF16; sp.scale_dtype = DType::kF16; });
-  add("int4_g128_f32scale", [](auto& sp) {
-    sp.kind = SchemeKind::kWNA16; sp.bits = 4; sp.group_size = 128; sp.scale_dtype = DType::kF32; });
+  std::vector<Case> cases = fold_cases();
   const int E = 6, H = 392, I = 520;
   for (size_t ci = 0; ci < cases.size(); ++ci) {
     const Case& c = cases[ci];
@@ -970,16 +977,10 @@ TEST(CudaSm90, FoldedGroupScales) {
 TEST(CudaSm90, WideTokenTiles) {
   SKIP_WITHOUT_GPU();
   SKIP_WITHOUT_SM90();
-  std::vector<Case> cases;
+  std::vector<Case> cases = fold_cases();
   auto add = [&](std::string n, auto f) { add_case(cases, std::move(n), f); };
-  add("int4_g128_sym", [](auto& sp) { sp.kind = SchemeKind::kWNA16; sp.bits = 4; sp.group_size = 128; });
-  add("int4_g256_asym_fp16", [](auto& sp) {
-    sp.kind = SchemeKind::kWNA16; sp.bits = 4; sp.group_size = 256; sp.symmetric = false;
-    sp.act_dtype = DType::kF16; sp.scale_dtype = DType::kF16; });
   add("int4_channel_asym_bias", [](auto& sp) {
     sp.kind = SchemeKind::kWNA16; sp.bits = 4; sp.group_size = 0; sp.symmetric = false; sp.bias = true; });
-  add("int4_g128_f32scale", [](auto& sp) {
-    sp.kind = SchemeKind::kWNA16; sp.bits = 4; sp.group_size = 128; sp.scale_dtype = DType::kF32; });
   add("nvfp4a16", [](auto& sp) { sp.kind = SchemeKind::kNVFP4A16; sp.group_size = 16; });
   add("nvfp4_w4a4_fp16", [](auto& sp) { sp.kind = SchemeKind::kNVFP4; sp.group_size = 16; sp.act_dtype = DType::kF16; });
   add("mxfp4a16_bias", [](auto& sp) { sp.kind = SchemeKind::kMXFP4A16; sp.group_size = 32; sp.bias = true; });

@@ -368,7 +368,8 @@ inline bool stream_x_evict_last(int hint = -1) { return hint >= 0 ? hint == 1 : 
 //    expert 1.06-1.26x (mixtral-8x7b M = 4096, 1024 rows: 6160 -> 4896 us; M = 1024, 256 rows:
 //    1835 -> 1650; llama4-scout / qwen3-30b-a3b M = 4096, 256 rows: 1.11 / 1.06x), at 128 rows
 //    0.97-1.04x (kept on 128), at 32-64 rows 0.66-0.78x; int4 channel scales alike, 0.95-1.20x).
-//    wq_tn = 32 / 64 / 128 / 256 forces it (QMOE_CUDA_WQ_TN, measurements; 256 only where direct).
+//    wq_tn = 32 / 64 / 128 / 256 forces it (QMOE_CUDA_WQ_TN, measurements; 256 only where direct or on fp4 units,
+//    whose 256-row tiles the default rule does not take yet: not measured).
 //  * INT8 W8A8 (IGMMA on the plain copy; eighteenth session, r3, against the decode / 16-row
 //    mma.sync kernels, whose int8 path is slower than fp8's): from 2 rows per expert, M-blocks as
 //    16-bit / fp8 (deepseek-v3 / gpt-oss-120b M = 64, 2 rows: 1.21 / 1.17x; qwen3-30b-a3b M = 64,

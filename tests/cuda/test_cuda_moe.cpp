@@ -857,6 +857,21 @@ TEST(CudaSm90, TrimmedLastBoxMatchesWhole) {
   EXPECT_GT(runs_tile, 0);
 }
 
+// Expert parallelism on the wq kernel's layers: this rank owns 6 of 9 global experts (top-3; the
+// other experts' slots contribute nothing), m tokens against the reference with the same map.
+void expect_ep_reference(const ExpertWeights& w, const cuda::DevExperts& ex, int64_t H, int64_t m, uint64_t seed,
+                         const std::string& name, std::optional<ExpertWeights>& rounded) {
+  std::vector<int32_t> emap = {0, -1, 1, 2, -1, 3, 4, -1, 5};
+  Tensor x = test::random_tensor(w.act_dtype, {m, H}, seed);
+  Routing r = random_routing(m, 3, 9, seed + 1);
+  MoeConfig cfg = config(9, 3);
+  cfg.expert_map = emap;
+  Tensor want = ref::reference_forward_routed(w, cfg, nullptr, x, r.w, r.ids);
+  const std::string kern = cuda::forward_kernels(ex, m, 3);
+  expect_reference(run_device(ex, nullptr, x, r, false, emap), want, w, cfg, x, r, kern, tol_for(w, kern),
+                   str(name, " EP M=", m, " (", kern, ")"), rounded);
+}
+
 // The quantized-weight wgmma kernel's 32- and 64-row token tiles (wgmma m64n32 / m64n64, A = the
 // dequantized weights from registers; select_sm90 takes them at up to 24 / 48 rows per expert),
 // forced (QMOE_CUDA_WQ_TN, QMOE_CUDA_WGMMA_MIN_ROWS) on every format the kernel runs: rows per
@@ -896,16 +911,7 @@ TEST(CudaSm90, QuantizedWeightTokenTiles) {
                            str(c.name, " TN ", tn, " mode ", mode, " M=", m, " (", kern, ")"), rounded);
         }
       }
-      std::vector<int32_t> emap = {0, -1, 1, 2, -1, 3, 4, -1, 5};
-      const int64_t m = 50;
-      Tensor x = test::random_tensor(w.act_dtype, {m, H}, 1130);
-      Routing r = random_routing(m, 3, 9, 1131);
-      MoeConfig cfg = config(9, 3);
-      cfg.expert_map = emap;
-      Tensor want = ref::reference_forward_routed(w, cfg, nullptr, x, r.w, r.ids);
-      const std::string kern = cuda::forward_kernels(ex, m, 3);
-      expect_reference(run_device(ex, nullptr, x, r, false, emap), want, w, cfg, x, r, kern, tol_for(w, kern),
-                       str(c.name, " TN ", tn, " EP M=", m, " (", kern, ")"), rounded);
+      expect_ep_reference(w, ex, H, 50, 1130, str(c.name, " TN ", tn), rounded);
     }
   }
 }
@@ -1013,16 +1019,7 @@ TEST(CudaSm90, WideTokenTiles) {
       }
     }
     env.set("QMOE_CUDA_WQ_FOLD", "1");
-    std::vector<int32_t> emap = {0, -1, 1, 2, -1, 3, 4, -1, 5};
-    const int64_t m = 900;
-    Tensor x = test::random_tensor(w.act_dtype, {m, H}, 1330);
-    Routing r = random_routing(m, 3, 9, 1331);
-    MoeConfig cfg = config(9, 3);
-    cfg.expert_map = emap;
-    Tensor want = ref::reference_forward_routed(w, cfg, nullptr, x, r.w, r.ids);
-    const std::string kern = cuda::forward_kernels(ex, m, 3);
-    expect_reference(run_device(ex, nullptr, x, r, false, emap), want, w, cfg, x, r, kern, tol_for(w, kern),
-                     str(c.name, " EP M=", m, " (", kern, ")"), rounded);
+    expect_ep_reference(w, ex, H, 900, 1330, c.name, rounded);
   }
 }
 

@@ -62,6 +62,15 @@ void set_cpu_isa(std::optional<Isa> isa) {
   g_forced.store(isa ? static_cast<int>(*isa) : -1);
 }
 
+bool prefer_int16_dot() {
+  if (const char* env = std::getenv("QMOE_CPU_ACT16"); env && *env) return env[0] != '0';
+#if defined(__x86_64__) || defined(__i386__)
+  return __builtin_cpu_is("intel");
+#else
+  return false;
+#endif
+}
+
 Isa cpu_isa() {
   int f = g_forced.load();
   if (f >= 0) return static_cast<Isa>(f);

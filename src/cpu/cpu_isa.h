@@ -23,4 +23,12 @@ Isa cpu_isa();
 // this CPU cannot run `isa`.
 void set_cpu_isa(std::optional<Isa> isa);
 
+// Whether the AVX-512 kernels take bf16 activations as 16-bit block fixed point (Kernels::act16:
+// vpdpwssd integer products) instead of exact bf16 (vdpbf16ps): $QMOE_CPU_ACT16=1 forces it (tests
+// run those kernels on any CPU), =0 keeps bf16 everywhere (the layer reads that too), else on Intel
+// CPUs, whose vdpbf16ps issues at a fraction of vpdpwssd's rate (the Xeon model 207 of the
+// thirty-ninth session: 160 GFLOP/s bf16 dot against 864 GOP/s int8 dot on two cores; Zen 4 runs
+// both at one 512-bit instruction per cycle and keeps the exact bf16 products).
+bool prefer_int16_dot();
+
 }  // namespace qmoe::cpu

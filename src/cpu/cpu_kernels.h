@@ -105,6 +105,7 @@ void act_row(Activation, const float*, const float*, int, float*);
 namespace avx512 {
 void gemm(const GemmJob&);
 void quant_row(const float*, int, const QuantRowArgs&, ActBuf&, int);
+int act16(const PackedProj&);
 void act_row(Activation, const float*, const float*, int, float*);
 }  // namespace avx512
 

@@ -585,20 +585,6 @@ void fused_t(const GemmJob& j, int seg, float* C) {
   }
 }
 
-// Runs a job in passes of up to four activation rows (their sums fill the registers; the weights
-// are decoded again per pass): run(pass) fills the scratch's [rows][32] sums, finish writes them.
-template <class F>
-void in_passes_of_four(const GemmJob& j, F&& run) {
-  for (int t0 = 0; t0 < j.nrows; t0 += 4) {
-    GemmJob s = j;
-    s.row0 = j.row0 + t0;
-    s.nrows = std::min(4, j.nrows - t0);
-    s.out = j.out + size_t(t0) * j.ldo;
-    run(s);
-    generic::finish(s, j.scratch);
-  }
-}
-
 // The fused kernel where it applies (bf16 / int8 / fp8 / int4 / e2m1 codes, no g_idx, 16-bit / fp32
 // activations, segments and zero-point groups in whole kpairs / 8-column blocks).
 bool fused_s8_gemm(const GemmJob& j);
@@ -619,7 +605,7 @@ bool fused_gemm(const GemmJob& j) {
   if (seg % unit != 0 || (w.has_zp && (w.zp_group <= 0 || w.zp_group % unit != 0))) return false;
   if (w.code != CodeKind::kBF16 && w.code != CodeKind::kInt8 && w.code != CodeKind::kFp8 && !word4) return false;
   float* C = j.scratch;  // [T][32], then the tokens' fp32 rows (<= 4 x k_pad floats of the scratch)
-  in_passes_of_four(j, [&](const GemmJob& s) {
+  generic::in_passes_of_four(j, [&](const GemmJob& s) {
     switch (w.code) {
       case CodeKind::kBF16: fused_t<CodeKind::kBF16>(s, seg, C); break;
       case CodeKind::kInt8: fused_t<CodeKind::kInt8>(s, seg, C); break;
@@ -647,7 +633,7 @@ bool fused_s8_gemm(const GemmJob& j) {
   const int seg = w.group > 0 ? w.group : w.k_pad;
   const int unit = w.code == CodeKind::kVnni8 ? 4 : 8;
   if (seg % unit != 0 || (w.has_zp && (w.zp_group <= 0 || w.zp_group % seg != 0))) return false;
-  in_passes_of_four(j, [&](const GemmJob& s) {
+  generic::in_passes_of_four(j, [&](const GemmJob& s) {
     if (w.code == CodeKind::kVnni8) fused_s8_t<CodeKind::kVnni8>(s, seg, j.scratch);
     else fused_s8_t<CodeKind::kVnni4>(s, seg, j.scratch);
   });
@@ -659,7 +645,7 @@ bool fused_s16_gemm(const GemmJob& j) {
   const PackedProj& w = *j.w;
   const ActBuf& a = *j.a;
   if (j.nrows < 1 || a.group <= 0 || act16(w) != a.group) return false;
-  in_passes_of_four(j, [&](const GemmJob& s) {
+  generic::in_passes_of_four(j, [&](const GemmJob& s) {
     switch (w.code) {
       case CodeKind::kInt4: fused_s16_t<CodeKind::kInt4>(s, j.scratch); break;
       case CodeKind::kFp4: fused_s16_t<CodeKind::kFp4>(s, j.scratch); break;
@@ -765,15 +751,7 @@ void quant_nvfp4_s16(const float* x, int n, const QuantRowArgs& q, ActBuf& a, in
 
 }  // namespace
 
-// Blocks of 32 columns (16 for 16-wide weight groups: NVFP4), int4 / e2m1 / int8 codes without g_idx
-// whose groups and zero-point groups hold whole blocks (or all of K).
-int act16(const PackedProj& w) {
-  if (!w.gidx.empty() || (w.code != CodeKind::kInt4 && w.code != CodeKind::kFp4 && w.code != CodeKind::kInt8)) return 0;
-  const int B = w.group == 16 ? 16 : 32;
-  if (w.group > 0 && w.group % B != 0) return 0;
-  if (w.has_zp && (w.zp_group <= 0 || (w.zp_group % B != 0 && w.zp_group < w.k_pad))) return 0;
-  return B;
-}
+int act16(const PackedProj& w) { return act16_block(w); }
 
 void gemm(const GemmJob& j) {
   if (!fused_gemm(j)) generic::gemm(j);

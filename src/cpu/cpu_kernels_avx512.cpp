@@ -810,10 +810,187 @@ bool run_fused(const GemmJob& j) {
   }
 }
 
+// ---- bf16 activations as 16-bit block fixed point (ActFmt::kS16, Kernels::act16) -------------------
+// Where prefer_int16_dot() (Intel CPUs, or QMOE_CPU_ACT16=1) the layer quantizes an A16 projection's
+// activations per block of B = a.group columns to int16 codes q with a power-of-two factor and the
+// block's sum of q (RowQuant::kS16; NVFP4 W4A4 activations as the exact codes 2 e2m1, kNVFP4S16), and
+// these kernels multiply them with the weight codes widened to 16-bit words: `vpdpwssd` adds the
+// products of a word pair (row, k), (row, k + 1) with the token's (q_k, q_k+1) into one int32 lane per
+// row, exactly. Per block the int32 sums lose the zero point (sum q (u - z) = sum q u - z sum q) or the
+// e2m1 offset (codes enter as 2 e2m1 + 12), then float(part) x (weight scale x block factor) adds into
+// the fp32 sums: the avx2 kernels' arithmetic (cpu_kernels_avx2.cpp fused_s16) in the same order, on
+// 16 rows per vector, so both give the same bits. Per 64-byte int4 block and token: 7 decode
+// operations (shared by the tokens) and 4 vpdpwssd, against 2 shifts, 4 vpermw and 4 vdpbf16ps on the
+// bf16 path, whose vdpbf16ps the Intel Xeon of the thirty-ninth session issues at ~1/5 of vpdpbusd's
+// rate. Numerics: the products are the bf16 values' exactly where a block's exponents span <= 7
+// (docs/numerics.md "Products"; the tests' oracle bounds the rest).
+inline __m512i dpw_bcst(__m512i acc, __m512i w, const int16_t* x) {
+  asm("vpdpwssd %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*reinterpret_cast<const int32_t*>(x)));
+  return acc;
+}
+
+// Weight group g's 16 scales of a panel (1 without group scales, 0 past the last group, where a
+// segment holds only K padding); e4m3 as the fp16 value 2^-8 x the scale (validated finite and > 0:
+// the code shifted into an fp16 is exact), the caller's factor holding the 2^8.
+inline __m512 s16_scales(const PackedProj& w, const uint8_t* gs, size_t sb, int g) {
+  if (!gs) return _mm512_set1_ps(1.f);
+  if (g >= w.num_groups) return _mm512_setzero_ps();
+  const uint8_t* p = gs + size_t(g) * kPanelRows * sb;
+  if (w.gscale_kind == ScaleKind::kE4M3)
+    return _mm512_cvtph_ps(_mm256_slli_epi16(_mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 7));
+  return load_scales16(w.gscale_kind, p);
+}
+
+// Panels h0 .. h0 + NP - 1 of job j for T <= 4 tokens into C[t][32]. Two int32 chains per (panel,
+// token): k-pairs 0 / 2 and 1 / 3 of a block (vpdpwssd's latency over one chain would cap it at a
+// fraction of its rate at one token).
+template <CodeKind CK, int T, int NP>
+void s16_panels(const GemmJob& j, int h0, float* C) {
+  const PackedProj& w = *j.w;
+  const ActBuf& a = *j.a;
+  const size_t sb = scale_kind_bytes(w.gscale_kind);
+  const int Kp = w.k_pad, B = a.group, nb = a.num_groups;
+  const int seg = w.group > 0 ? w.group : Kp;  // a multiple of B (act16_block), or all of K
+  const int16_t* xq[T];
+  const float* xs[T];
+  const int32_t* xsum[T];
+  for (int t = 0; t < T; ++t) {
+    xq[t] = a.row<int16_t>(j.row0 + t);
+    xs[t] = a.group_scale.data() + size_t(j.row0 + t) * nb;
+    xsum[t] = a.group_sum.data() + size_t(j.row0 + t) * nb;
+  }
+  constexpr bool kFp4 = CK == CodeKind::kFp4;
+  const bool e4m3 = w.group > 0 && w.gscale_kind == ScaleKind::kE4M3;
+  const float cf = (kFp4 ? 0.5f : 1.f) * (e4m3 ? 256.f : 1.f);  // e2m1 values doubled; e4m3 scales / 2^8
+  alignas(64) static constexpr int8_t kTab[64] = {12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0,  // 2 e2m1 + 12
+                                                  12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0,
+                                                  12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0,
+                                                  12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0};
+  const __m512i tab = _mm512_load_si512(kTab);
+  const __m512i m000f = _mm512_set1_epi16(0x000F), m0f0f = _mm512_set1_epi16(0x0F0F), m00ff = _mm512_set1_epi16(0x00FF);
+  const int zgk = w.has_zp ? w.zp_group : Kp;
+  const bool row_z = !kFp4 && w.has_zp;
+  const int zc = kFp4 ? 12 : (CK == CodeKind::kInt8 && w.s8) ? 0 : w.zsym;  // signed int8: the value itself
+  // prefetch: the same line of the job the layer runs next where a job holds <= 128 KiB, else 4 KiB ahead
+  const bool short_job = 2 * w.panel_bytes <= kShortJob;
+  const uint8_t *pc[NP], *zp[NP], *gs[NP];
+  ptrdiff_t pf[NP];
+  for (int h = 0; h < NP; ++h) {
+    const int pn = 2 * j.pair + h0 + h;
+    pc[h] = w.panel(j.e, pn);
+    zp[h] = w.has_zp ? w.zp_panel(j.e, pn) : nullptr;
+    gs[h] = w.group > 0 ? w.gscale_panel(j.e, pn) : nullptr;
+    pf[h] = short_job ? next_job_panel(w, j, h0 + h) - pc[h] : 4096;
+  }
+  __m512 out[NP][T];
+  for (int h = 0; h < NP; ++h)
+    for (int t = 0; t < T; ++t) out[h][t] = _mm512_setzero_ps();
+  int blk = 0;  // kb / B, by counter
+  for (int k0 = 0, g = 0; k0 < Kp; k0 += seg, ++g) {
+    const int k1 = std::min(Kp, k0 + seg);
+    __m512 ws[NP];
+    for (int h = 0; h < NP; ++h) ws[h] = s16_scales(w, gs[h], sb, g);
+    for (int kb = k0; kb < k1; kb += B, ++blk) {
+      const int kb1 = std::min(k1, kb + B);
+      __m512i acc[NP][T][2];
+      for (int h = 0; h < NP; ++h)
+        for (int t = 0; t < T; ++t) acc[h][t][0] = acc[h][t][1] = _mm512_setzero_si512();
+      if constexpr (CK == CodeKind::kInt8) {  // kPair: 32 bytes per kpair, word 2 r + (k & 1) of row r
+        for (int q = kb / 2; q < kb1 / 2; q += 2) {  // blocks are multiples of 4 columns
+          __m512i v[NP][2];
+          for (int h = 0; h < NP; ++h) {
+            _mm_prefetch(reinterpret_cast<const char*>(pc[h] + size_t(q) * 32 + pf[h]), _MM_HINT_T0);
+            for (int i = 0; i < 2; ++i) {
+              const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pc[h] + size_t(q + i) * 32));
+              v[h][i] = w.s8 ? _mm512_cvtepi8_epi16(b) : _mm512_cvtepu8_epi16(b);
+            }
+          }
+          for (int t = 0; t < T; ++t)
+            for (int h = 0; h < NP; ++h)
+              for (int i = 0; i < 2; ++i) acc[h][t][i] = dpw_bcst(acc[h][t][i], v[h][i], xq[t] + 2 * (q + i));
+        }
+      } else {  // kWord4: 16 rows x 8 columns per 64 bytes, word 2 r + (k & 1) holds kpair qq in bits 4 qq ..
+        for (int b = kb / 8; b < kb1 / 8; ++b) {
+          __m512i v[NP][4];
+          for (int h = 0; h < NP; ++h) {
+            _mm_prefetch(reinterpret_cast<const char*>(pc[h] + size_t(b) * 64 + pf[h]), _MM_HINT_T0);
+            const __m512i d = _mm512_loadu_si512(pc[h] + size_t(b) * 64);
+            if constexpr (kFp4) {  // both nibbles of each byte looked up (kpairs 0 / 2 and 1 / 3), then split
+              const __m512i lo = _mm512_shuffle_epi8(tab, _mm512_and_si512(d, m0f0f));
+              const __m512i hi = _mm512_shuffle_epi8(tab, _mm512_and_si512(_mm512_srli_epi16(d, 4), m0f0f));
+              v[h][0] = _mm512_and_si512(lo, m00ff);
+              v[h][1] = _mm512_and_si512(hi, m00ff);
+              v[h][2] = _mm512_srli_epi16(lo, 8);
+              v[h][3] = _mm512_srli_epi16(hi, 8);
+            } else {
+              v[h][0] = _mm512_and_si512(d, m000f);
+              v[h][1] = _mm512_and_si512(_mm512_srli_epi16(d, 4), m000f);
+              v[h][2] = _mm512_and_si512(_mm512_srli_epi16(d, 8), m000f);
+              v[h][3] = _mm512_srli_epi16(d, 12);
+            }
+          }
+          for (int t = 0; t < T; ++t) {
+            const int16_t* x = xq[t] + 8 * b;
+            for (int h = 0; h < NP; ++h)
+              for (int qq = 0; qq < 4; ++qq) acc[h][t][qq & 1] = dpw_bcst(acc[h][t][qq & 1], v[h][qq], x + 2 * qq);
+          }
+        }
+      }
+      for (int h = 0; h < NP; ++h) {
+        const __m512i z = row_z ? _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(zp[h] + size_t(kb / zgk) * kPanelRows)))
+                                : _mm512_set1_epi32(zc);
+        for (int t = 0; t < T; ++t) {
+          const __m512 f = _mm512_set1_ps(xs[t][blk] * cf);
+          const __m512i part = _mm512_sub_epi32(_mm512_add_epi32(acc[h][t][0], acc[h][t][1]),
+                                                _mm512_mullo_epi32(z, _mm512_set1_epi32(xsum[t][blk])));
+          out[h][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(part), _mm512_mul_ps(ws[h], f), out[h][t]);
+        }
+      }
+    }
+  }
+  for (int t = 0; t < T; ++t)
+    for (int h = 0; h < NP; ++h) _mm512_storeu_ps(C + size_t(t) * kJobRows + (h0 + h) * kPanelRows, out[h][t]);
+}
+
+// T <= 2 streams both panels at once (more independent chains), 3-4 one panel after the other.
+template <CodeKind CK, int T>
+void s16_job(const GemmJob& j, float* C) {
+  if constexpr (T <= 2) {
+    s16_panels<CK, T, 2>(j, 0, C);
+  } else {
+    s16_panels<CK, T, 1>(j, 0, C);
+    s16_panels<CK, T, 1>(j, 1, C);
+  }
+}
+template <CodeKind CK>
+void s16_t(const GemmJob& j, float* C) {
+  switch (j.nrows) {
+    case 1: s16_job<CK, 1>(j, C); break;
+    case 2: s16_job<CK, 2>(j, C); break;
+    case 3: s16_job<CK, 3>(j, C); break;
+    default: s16_job<CK, 4>(j, C); break;
+  }
+}
+
+bool run_s16(const GemmJob& j) {
+  const ActBuf& a = *j.a;
+  if (a.fmt != ActFmt::kS16 || j.nrows < 1 || a.group <= 0 || act16_block(*j.w) != a.group) return false;
+  generic::in_passes_of_four(j, [&](const GemmJob& s) {
+    switch (j.w->code) {
+      case CodeKind::kInt4: s16_t<CodeKind::kInt4>(s, j.scratch); break;
+      case CodeKind::kFp4: s16_t<CodeKind::kFp4>(s, j.scratch); break;
+      default: s16_t<CodeKind::kInt8>(s, j.scratch); break;
+    }
+  });
+  return true;
+}
+
 }  // namespace
 
+int act16(const PackedProj& w) { return prefer_int16_dot() ? act16_block(w) : 0; }
+
 void gemm(const GemmJob& j) {
-  if (run_fused(j) || run_bf16(j) || run_s8(j)) return;
+  if (run_s16(j) || run_fused(j) || run_bf16(j) || run_s8(j)) return;
   generic::gemm(j);
 }
 namespace {

@@ -515,7 +515,7 @@ std::string set_can_implement(const ExpertWeights& w, const char* what) {
 const Kernels& kernels_for(Isa isa) {
   static const Kernels k[3] = {{scalar::gemm, scalar::quant_row, "scalar"},
                                {avx2::gemm, avx2::quant_row, "avx2", avx2::act16, avx2::act_row},
-                               {avx512::gemm, avx512::quant_row, "avx512", nullptr, avx512::act_row}};
+                               {avx512::gemm, avx512::quant_row, "avx512", avx512::act16, avx512::act_row}};
   return k[static_cast<int>(isa)];
 }
 

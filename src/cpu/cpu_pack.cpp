@@ -290,4 +290,12 @@ PackedProj pack_proj(const ExpertWeights& w, const ProjWeights& p, bool is_w13) 
   return o;
 }
 
+int act16_block(const PackedProj& w) {
+  if (!w.gidx.empty() || (w.code != CodeKind::kInt4 && w.code != CodeKind::kFp4 && w.code != CodeKind::kInt8)) return 0;
+  const int B = w.group == 16 ? 16 : 32;
+  if (w.group > 0 && w.group % B != 0) return 0;
+  if (w.has_zp && (w.zp_group <= 0 || (w.zp_group % B != 0 && w.zp_group < w.k_pad))) return 0;
+  return B;
+}
+
 }  // namespace qmoe::cpu

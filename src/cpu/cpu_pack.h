@@ -108,6 +108,10 @@ struct PackedProj {
 // Repacks one projection (w13 when is_w13, else w2) of canonical, validated weights.
 // Throws kUnsupported for encodings the CPU kernels do not run.
 PackedProj pack_proj(const ExpertWeights& w, const ProjWeights& p, bool is_w13);
+// The activation block (32 columns, 16 for NVFP4's 16-wide groups) with which the 16-bit integer
+// kernels (Kernels::act16) can take this projection's bf16 activations, or 0: int4 / e2m1 / int8
+// codes without g_idx whose groups and zero-point groups hold whole blocks (or all of K).
+int act16_block(const PackedProj& w);
 
 // Which activation format the kernels consume for a projection of this scheme.
 // kS16: 16-bit block fixed point (the avx2 kernels' bf16 activations for int / fp4 codes, RowQuant::kS16):

@@ -184,7 +184,7 @@ struct Act16Env {
 };
 
 // Runs the CPU layer on every ISA and checks each against the oracle bound and the reference; where
-// the ISA takes bf16 activations as 16-bit fixed point, also with QMOE_CPU_ACT16=0 (bf16 kept), and
+// the ISA can take bf16 activations as 16-bit fixed point, both ways (QMOE_CPU_ACT16 unset / 0 / 1),
 // the fixed-point run against the oracle's bound for it.
 void expect_cpu_matches(const ExpertWeights& w, const MoeConfig& cfg, const ExpertWeights* shared, const Tensor& x,
                         const Tensor& tw, const Tensor& ids, const std::string& what) {
@@ -193,26 +193,30 @@ void expect_cpu_matches(const ExpertWeights& w, const MoeConfig& cfg, const Expe
   const std::vector<double> ref_vals = test::values(yref);
   for (cpu::Isa isa : isas()) {
     IsaGuard g(isa);
-    const S16 r0 = s16_of(isa, w), s0 = shared ? s16_of(isa, *shared) : S16{};
-    const int b0 = r0.block, b0s = s0.block;
-    const bool n0 = r0.nvfp4;
-    for (const char* env : {static_cast<const char*>(nullptr), "0"}) {
-      if (env && !r0.any() && !s0.any()) continue;  // nothing to switch off
+    // QMOE_CPU_ACT16 unset (the ISA's own rule: AVX-512 takes 16-bit codes on Intel CPUs only), =0
+    // (bf16 kept) and =1 (16-bit codes wherever the kernels have them): each distinct choice runs once
+    std::vector<std::pair<int, int>> seen;
+    for (const char* env : {static_cast<const char*>(nullptr), "0", "1"}) {
       Act16Env ev(env);
-      const int b = env ? 0 : b0, bs = env ? 0 : b0s;
+      const S16 r0 = s16_of(isa, w), s0 = shared ? s16_of(isa, *shared) : S16{};
+      const int b = r0.block, bs = s0.block;
+      const bool n0 = r0.nvfp4;
+      const std::pair<int, int> key{b + (n0 ? 1000 : 0), bs + (s0.nvfp4 ? 1000 : 0)};
+      if (std::find(seen.begin(), seen.end(), key) != seen.end()) continue;
+      seen.push_back(key);
       const oracle::LayerOut want = oracle::layer(w, cfg, shared, x, tw, ids, b, bs);
       std::vector<double> tol2 = want.tol;
       for (double& t : tol2) t *= 2;
       auto layer = MoeLayer::create(w, cfg, Backend::kCpu, opt_shared);
       const std::string name = layer->method_name();
       EXPECT_NE(name.find(cpu::isa_name(isa)), std::string::npos) << name;
-      EXPECT_EQ(std::string_view(name).ends_with("/s16"), b > 0 || (n0 && !env)) << name;
+      EXPECT_EQ(std::string_view(name).ends_with("/s16"), b > 0 || n0) << name;
       Tensor y = layer->forward_routed(x, tw, ids);
       ASSERT_EQ(y.dtype(), w.act_dtype);
       ASSERT_EQ(y.shape(), Shape({x.size(0), w.hidden}));
       const std::string tag = what + " [" + cpu::isa_name(isa) + (b > 0 ? ", act16 " + std::to_string(b) : "") +
-                              (n0 && !env ? ", nvfp4 s16" : "") +
-                              (bs > 0 ? ", shared act16 " + std::to_string(bs) : "") + (env ? ", QMOE_CPU_ACT16=0" : "") + "]";
+                              (n0 ? ", nvfp4 s16" : "") + (bs > 0 ? ", shared act16 " + std::to_string(bs) : "") +
+                              (env ? std::string(", QMOE_CPU_ACT16=") + env : "") + "]";
       test::CompareResult r = test::compare(y, want.y, want.tol);
       EXPECT_TRUE(r.ok) << r.report(tag + " vs float64 model");
       test::CompareResult rr = test::compare(y, ref_vals, tol2);
@@ -564,7 +568,8 @@ TEST(CpuKernels, EveryWeightDecodesAsTheScalarKernel) {
     if (cpu::isa_supported(i)) fast.push_back(i);
   if (fast.empty()) GTEST_SKIP() << "no AVX2 / AVX-512 on this CPU: only the scalar kernels run here";
   const int H = 256, I = 32;  // w13: 64 rows (two jobs) x K = 256
-  int act16_runs = 0;
+  Act16Env force("1");  // the AVX-512 act16 kernels too, whatever the CPU's vendor (cpu::prefer_int16_dot)
+  int act16_runs = 0, act16_runs512 = 0;
   for (const K& kd : kinds) {
     ref::RandomWeightsSpec rs;
     rs.scheme = kd.spec;
@@ -642,11 +647,89 @@ TEST(CpuKernels, EveryWeightDecodesAsTheScalarKernel) {
             ASSERT_EQ(0, std::memcmp(&scalar16[r], &want[r], 4)) << kd.name << " scalar act16 k " << k;
           }
           ++act16_runs;
+          if (isa == cpu::Isa::kAvx512) ++act16_runs512;
         }
       }
     }
   }
   if (cpu::isa_supported(cpu::Isa::kAvx2)) EXPECT_GT(act16_runs, 0) << "the avx2 act16 kernels never ran";
+  if (cpu::isa_supported(cpu::Isa::kAvx512)) EXPECT_GT(act16_runs512, 0) << "the avx512 act16 kernels never ran";
+}
+
+// The 16-bit integer kernels (Kernels::act16) of both ISA builds on random block fixed-point rows: the
+// AVX-512 kernels (cpu_kernels_avx512.cpp run_s16) do the avx2 ones' arithmetic in the same order on 16
+// rows per vector, so the outputs must be the same bits; both within fp32 summation error of the
+// scalar kernel. T = 1..6 tokens (passes of four, both panel orders), K = 200 (a partial last weight
+// group and activation block), int4 sym / asym, int8 sym channel / asym g32, MXFP4, NVFP4 A16, with
+// biases and, for NVFP4, e4m3 group scales (the 2^-8 fp16 form).
+TEST(CpuKernels, Int16KernelsAgreeAcrossIsas) {
+  if (!cpu::isa_supported(cpu::Isa::kAvx512)) GTEST_SKIP() << "no AVX-512 on this CPU: the avx2 act16 kernels are checked by the layer tests";
+  struct K { const char* name; SchemeKind kind; int bits, group; bool sym; };
+  const K kinds[] = {{"int4_g32_sym", SchemeKind::kWNA16, 4, 32, true},   {"int4_g64_asym", SchemeKind::kWNA16, 4, 64, false},
+                     {"int8_channel_sym", SchemeKind::kWNA16, 8, 0, true}, {"int8_g32_asym", SchemeKind::kWNA16, 8, 32, false},
+                     {"mxfp4a16", SchemeKind::kMXFP4A16, 4, 32, true},     {"nvfp4a16", SchemeKind::kNVFP4A16, 4, 16, true}};
+  const int H = 200, I = 40;  // w13: 80 rows (three jobs, the last half padding) x K = 200
+  std::mt19937 rng(77);
+  for (const K& kd : kinds) {
+    ref::RandomWeightsSpec rs;
+    rs.scheme = spec_of(kd.kind);
+    rs.scheme.bits = kd.bits;
+    rs.scheme.group_size = kd.group;
+    rs.scheme.symmetric = kd.sym;
+    rs.num_experts = 2;
+    rs.hidden = H;
+    rs.intermediate = I;
+    rs.seed = 141;
+    rs.scheme.bias = true;
+    const ExpertWeights w = ref::make_random_expert_weights(rs);
+    const cpu::PackedProj pw = cpu::pack_proj(w, w.w13, true);
+    const int B = cpu::act16_block(pw);
+    ASSERT_GT(B, 0) << kd.name;
+    for (int T : {1, 2, 3, 4, 5, 6}) {
+      cpu::ActBuf a;
+      a.alloc(cpu::ActFmt::kS16, T, int(cpu::round_up(pw.k_pad, B)));
+      a.group = B;
+      a.num_groups = a.ld / B;
+      a.group_scale.assign(size_t(T) * a.num_groups, 0.f);
+      a.group_sum.assign(size_t(T) * a.num_groups, 0);
+      cpu::QuantRowArgs q;
+      q.q = cpu::RowQuant::kS16;
+      std::vector<float> x(static_cast<size_t>(H));
+      for (int t = 0; t < T; ++t) {
+        for (float& v : x) v = codec::round_bf16(std::uniform_real_distribution<float>(-2, 2)(rng));
+        cpu::kernels_for(cpu::Isa::kScalar).quant_row(x.data(), H, q, a, t);
+      }
+      std::vector<float> scratch_buf(cpu::gemm_scratch_floats(pw, T) + 16);
+      float* scratch = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(scratch_buf.data()) + 63) & ~uintptr_t(63));
+      for (int e = 0; e < 2; ++e)
+        for (int pair = 0; pair < pw.rows_pad / cpu::kJobRows; ++pair) {
+          auto run = [&](cpu::Isa isa) {
+            std::vector<float> out(size_t(T) * cpu::kJobRows, std::nanf(""));  // poisoned
+            cpu::GemmJob j;
+            j.w = &pw;
+            j.e = e;
+            j.pair = pair;
+            j.a = &a;
+            j.nrows = T;
+            j.out = out.data();
+            j.ldo = cpu::kJobRows;
+            j.scratch = scratch;
+            cpu::kernels_for(isa).gemm(j);
+            return out;
+          };
+          const auto want = run(cpu::Isa::kScalar), a2 = run(cpu::Isa::kAvx2), a5 = run(cpu::Isa::kAvx512);
+          double amax = 0;
+          for (float v : want) amax = std::max(amax, double(std::fabs(v)));
+          for (size_t i = 0; i < want.size(); ++i) {
+            const std::string at = std::string(kd.name) + " T " + std::to_string(T) + " e " + std::to_string(e) + " pair " +
+                                   std::to_string(pair) + " out " + std::to_string(i);
+            ASSERT_EQ(0, std::memcmp(&a5[i], &a2[i], 4)) << at << ": avx512 " << a5[i] << " avx2 " << a2[i];
+            // fp32 sums over <= 13 blocks of exact int32 parts: well inside 2^-16 of the row's largest output
+            ASSERT_NEAR(a5[i], want[i], std::ldexp(amax, -16) + 1e-30) << at;
+          }
+        }
+    }
+  }
 }
 
 TEST(CpuEdge, AllTokensOnOneExpertOthersEmpty) {

@@ -368,13 +368,17 @@ inline bool stream_x_evict_last(int hint = -1) { return hint >= 0 ? hint == 1 : 
 //    expert 1.06-1.26x (mixtral-8x7b M = 4096, 1024 rows: 6160 -> 4896 us; M = 1024, 256 rows:
 //    1835 -> 1650; llama4-scout / qwen3-30b-a3b M = 4096, 256 rows: 1.11 / 1.06x), at 128 rows
 //    0.97-1.04x (kept on 128), at 32-64 rows 0.66-0.78x; int4 channel scales alike, 0.95-1.20x).
-//    wq_tn = 32 / 64 / 128 / 256 forces it (QMOE_CUDA_WQ_TN, measurements; 256 only where direct or on fp4 units,
-//    whose 256-row tiles the default rule does not take yet: not measured).
+//    fp4 units (NVFP4 A16 / W4A4, MXFP4; they always accumulate straight into acc) take 256-row tiles
+//    from kWq256RowsFp4 = 128 rows per expert: their conversion per weight is dearer than int4's, so
+//    halving it per multiply-add pays earlier (thirty-ninth session, H200, forced 256 against 128, two
+//    alternations: at 128 rows per expert (deepseek-v3 / gpt-oss-120b M = 4096) 1.04-1.10x, at 256 rows
+//    1.10-1.17x, at 1024 rows (mixtral-8x7b M = 4096) 1.23-1.28x; at 32-64 rows 0.76-0.87x).
+//    wq_tn = 32 / 64 / 128 / 256 forces it (QMOE_CUDA_WQ_TN, measurements; 256 only where direct or on fp4 units).
 //  * INT8 W8A8 (IGMMA on the plain copy; eighteenth session, r3, against the decode / 16-row
 //    mma.sync kernels, whose int8 path is slower than fp8's): from 2 rows per expert, M-blocks as
 //    16-bit / fp8 (deepseek-v3 / gpt-oss-120b M = 64, 2 rows: 1.21 / 1.17x; qwen3-30b-a3b M = 64,
 //    4 rows: 1.19x; M = 256, 16 rows: 1.74x).
-constexpr int64_t kWq256Rows = 192;
+constexpr int64_t kWq256Rows = 192, kWq256RowsFp4 = 128;
 inline Sm90Choice select_sm90(int64_t rows, int num_experts, Sm90Kind kind, int min_rows = 0, int rows64_max = -1,
                               int wq_tn = 0, bool w4a8 = false, bool direct = false) {
   Sm90Choice c;
@@ -396,6 +400,7 @@ inline Sm90Choice select_sm90(int64_t rows, int num_experts, Sm90Kind kind, int 
            : rows <= 24                                    ? 32
            : rows <= 48 || (many_experts64 && !w4a8)       ? 64
            : wide && rows >= kWq256Rows                    ? 256
+           : kind == Sm90Kind::kFp4 && rows >= kWq256RowsFp4 ? 256
                                                            : 128;
   }
   return c;

@@ -185,17 +185,20 @@ int run_bench(const Opts& o) {
   }
 
   // ---- ceilings ---------------------------------------------------------------------------------
-  double read_gbps = 0, bf16_gflops = 0, int8_gops = 0, fp8_gflops = 0;
+  double read_gbps = 0, bf16_gflops = 0, int8_gops = 0, int16_gops = 0, fp8_gflops = 0;
   std::string device;
   if (cpu) {
     device = cpu::cpu_description();
     read_gbps = cpu::measure_read_gbps();
     bf16_gflops = cpu::measure_bf16_dot_gflops();
     int8_gops = cpu::measure_int8_dot_gops();
+    int16_gops = cpu::measure_int16_dot_gops();
     std::printf("device: %s\nstreaming read: %.1f GB/s (best of 5 x 1 GiB, all threads; each row re-probes 5 x 256 MiB)\n"
-                "bf16 dot peak (%s): %.0f GFLOP/s; int8 dot peak (%s; int8 and int16 activations): %.0f GOP/s%s\n\n",
+                "bf16 dot peak (%s): %.0f GFLOP/s; int8 dot peak (%s): %.0f GOP/s; int16 dot peak (%s; \"/s16\" rows): "
+                "%.0f GOP/s%s\n\n",
                 device.c_str(), read_gbps, cpu::bf16_dot_instruction(), bf16_gflops, cpu::int8_dot_instruction(),
-                int8_gops, bf16_gflops > 0 ? "" : " (scalar kernels: no peak, the floor is the bandwidth term alone)");
+                int8_gops, cpu::int16_dot_instruction(), int16_gops,
+                bf16_gflops > 0 ? "" : " (scalar kernels: no peak, the floor is the bandwidth term alone)");
   } else {
 #if defined(QMOE_HAVE_CUDA)
     std::string why;
@@ -285,9 +288,9 @@ int run_bench(const Opts& o) {
         }
         const double bytes = wbytes + io;
         // CPU layers whose activations enter as 16-bit integer codes (method "/s16") multiply on the
-        // integer instruction
+        // 16-bit integer instruction
         const bool s16 = cpu && std::string_view(r.note).ends_with("/s16");
-        const double peak = sc.int8_acts || s16 ? int8_gops : (!cpu && sc.fp8 && fp8_gflops > 0) ? fp8_gflops : bf16_gflops;
+        const double peak = s16 ? int16_gops : sc.int8_acts ? int8_gops : (!cpu && sc.fp8 && fp8_gflops > 0) ? fp8_gflops : bf16_gflops;
         if (r.read_gbps <= 0) r.read_gbps = read_gbps;
         if (cpu) {
           std::ifstream la("/proc/loadavg");
@@ -333,7 +336,7 @@ int run_bench(const Opts& o) {
                    {"us_min", r.us_min}, {"tbps", r.tbps}, {"tflops", r.tflops}, {"floor_us", r.floor_us},
                    {"pct_floor", r.pct_floor}, {"peer", r.peer}, {"peer_us", r.peer_us}, {"ratio_peer", r.ratio},
                    {"kernel", r.note}, {"device", device}, {"read_gbps", r.read_gbps}, {"read_gbps_start", read_gbps}, {"load_avg", r.load_avg}, {"bf16_gflops", bf16_gflops},
-                   {"int8_gops", int8_gops}});
+                   {"int8_gops", int8_gops}, {"int16_gops", int16_gops}});
     std::ofstream f(o.json);
     if (!f) bad_input("bench: cannot write ", o.json);
     f << j.dump(1) << "\n";

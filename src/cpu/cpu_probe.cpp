@@ -130,11 +130,22 @@ double measure_int8_dot_gops() {
   }
 }
 
+double measure_int16_dot_gops() {
+  switch (cpu_isa()) {
+    case Isa::kAvx512: return peak_of(avx512::int16_dot_loop);
+    case Isa::kAvx2: return peak_of(avx2::madd16_loop);
+    default: return 0;
+  }
+}
+
 const char* bf16_dot_instruction() {
   return cpu_isa() == Isa::kAvx512 ? "vdpbf16ps" : cpu_isa() == Isa::kAvx2 ? "vfmadd231ps" : "-";
 }
 const char* int8_dot_instruction() {
   return cpu_isa() == Isa::kAvx512 ? "vpdpbusd" : cpu_isa() == Isa::kAvx2 ? "vpmaddwd" : "-";
+}
+const char* int16_dot_instruction() {
+  return cpu_isa() == Isa::kAvx512 ? "vpdpwssd" : cpu_isa() == Isa::kAvx2 ? "vpmaddwd" : "-";
 }
 
 std::string cpu_description() {

@@ -52,4 +52,17 @@ double int8_dot_loop(long iters) {
   return double(iters) * 16 * 16 * 4 * 2;  // instructions x lanes x (4 multiply-adds) x 2 ops
 }
 
+double int16_dot_loop(long iters) {
+  __m512i acc[16];
+  for (int i = 0; i < 16; ++i) acc[i] = _mm512_set1_epi32(i);
+  const __m512i a = _mm512_set1_epi16(3), b = _mm512_set1_epi16(-2);
+  for (long it = 0; it < iters; ++it)
+    for (int i = 0; i < 16; ++i) acc[i] = _mm512_dpwssd_epi32(acc[i], a, b);
+  __m512i s = acc[0];
+  for (int i = 1; i < 16; ++i) s = _mm512_add_epi32(s, acc[i]);
+  volatile int sink = _mm512_reduce_add_epi32(s);
+  (void)sink;
+  return double(iters) * 16 * 16 * 2 * 2;  // instructions x lanes x (2 multiply-adds) x 2 ops
+}
+
 }  // namespace qmoe::cpu::avx512

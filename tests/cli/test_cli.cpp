@@ -269,10 +269,10 @@ TEST(Cli, CpuBenchFloorUsesTheMeasuredPeakOrBandwidthAlone) {
     for (const auto& row : rows) {
       const double us = row["us"], bytes = double(row["tbps"]) * us * 1e6, flops = double(row["tflops"]) * us * 1e6;
       const double mem_us = bytes / (double(row["read_gbps"]) * 1e3);
-      // layers whose activations enter as 16-bit integer codes multiply on the integer instruction
+      // layers whose activations enter as 16-bit integer codes multiply on the 16-bit integer instruction
       const std::string kernel = row["kernel"];
       const bool s16 = std::string_view(kernel).ends_with("/s16");
-      const double peak = s16 ? row["int8_gops"] : row["bf16_gflops"];
+      const double peak = s16 ? row["int16_gops"] : row["bf16_gflops"];
       const std::string what = row.dump();
       if (forced) {
         EXPECT_EQ(peak, 0.0) << what;

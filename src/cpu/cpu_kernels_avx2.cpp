@@ -605,7 +605,7 @@ bool fused_gemm(const GemmJob& j) {
   if (seg % unit != 0 || (w.has_zp && (w.zp_group <= 0 || w.zp_group % unit != 0))) return false;
   if (w.code != CodeKind::kBF16 && w.code != CodeKind::kInt8 && w.code != CodeKind::kFp8 && !word4) return false;
   float* C = j.scratch;  // [T][32], then the tokens' fp32 rows (<= 4 x k_pad floats of the scratch)
-  generic::in_passes_of_four(j, [&](const GemmJob& s) {
+  generic::in_passes(j, [&](const GemmJob& s) {
     switch (w.code) {
       case CodeKind::kBF16: fused_t<CodeKind::kBF16>(s, seg, C); break;
       case CodeKind::kInt8: fused_t<CodeKind::kInt8>(s, seg, C); break;
@@ -633,7 +633,7 @@ bool fused_s8_gemm(const GemmJob& j) {
   const int seg = w.group > 0 ? w.group : w.k_pad;
   const int unit = w.code == CodeKind::kVnni8 ? 4 : 8;
   if (seg % unit != 0 || (w.has_zp && (w.zp_group <= 0 || w.zp_group % seg != 0))) return false;
-  generic::in_passes_of_four(j, [&](const GemmJob& s) {
+  generic::in_passes(j, [&](const GemmJob& s) {
     if (w.code == CodeKind::kVnni8) fused_s8_t<CodeKind::kVnni8>(s, seg, j.scratch);
     else fused_s8_t<CodeKind::kVnni4>(s, seg, j.scratch);
   });
@@ -645,7 +645,7 @@ bool fused_s16_gemm(const GemmJob& j) {
   const PackedProj& w = *j.w;
   const ActBuf& a = *j.a;
   if (j.nrows < 1 || a.group <= 0 || act16(w) != a.group) return false;
-  generic::in_passes_of_four(j, [&](const GemmJob& s) {
+  generic::in_passes(j, [&](const GemmJob& s) {
     switch (w.code) {
       case CodeKind::kInt4: fused_s16_t<CodeKind::kInt4>(s, j.scratch); break;
       case CodeKind::kFp4: fused_s16_t<CodeKind::kFp4>(s, j.scratch); break;

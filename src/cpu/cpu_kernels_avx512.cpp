@@ -841,9 +841,9 @@ inline __m512 s16_scales(const PackedProj& w, const uint8_t* gs, size_t sb, int 
   return load_scales16(w.gscale_kind, p);
 }
 
-// Panels h0 .. h0 + NP - 1 of job j for T <= 4 tokens into C[t][32]. Two int32 chains per (panel,
-// token): k-pairs 0 / 2 and 1 / 3 of a block (vpdpwssd's latency over one chain would cap it at a
-// fraction of its rate at one token).
+// Panels h0 .. h0 + NP - 1 of job j for T <= 8 tokens into C[t][32]. NA int32 chains per (panel,
+// token): at T <= 4 two (k-pairs 0 / 2 and 1 / 3 of a block: vpdpwssd's latency over one chain would
+// cap it at a fraction of its rate at one token), at 5-8 one (the tokens' chains are enough).
 template <CodeKind CK, int T, int NP>
 void s16_panels(const GemmJob& j, int h0, float* C) {
   const PackedProj& w = *j.w;
@@ -882,6 +882,7 @@ void s16_panels(const GemmJob& j, int h0, float* C) {
     gs[h] = w.group > 0 ? w.gscale_panel(j.e, pn) : nullptr;
     pf[h] = short_job ? next_job_panel(w, j, h0 + h) - pc[h] : 4096;
   }
+  constexpr int NA = T <= 4 ? 2 : 1;
   __m512 out[NP][T];
   for (int h = 0; h < NP; ++h)
     for (int t = 0; t < T; ++t) out[h][t] = _mm512_setzero_ps();
@@ -892,9 +893,10 @@ void s16_panels(const GemmJob& j, int h0, float* C) {
     for (int h = 0; h < NP; ++h) ws[h] = s16_scales(w, gs[h], sb, g);
     for (int kb = k0; kb < k1; kb += B, ++blk) {
       const int kb1 = std::min(k1, kb + B);
-      __m512i acc[NP][T][2];
+      __m512i acc[NP][T][NA];
       for (int h = 0; h < NP; ++h)
-        for (int t = 0; t < T; ++t) acc[h][t][0] = acc[h][t][1] = _mm512_setzero_si512();
+        for (int t = 0; t < T; ++t)
+          for (int i = 0; i < NA; ++i) acc[h][t][i] = _mm512_setzero_si512();
       if constexpr (CK == CodeKind::kInt8) {  // kPair: 32 bytes per kpair, word 2 r + (k & 1) of row r
         for (int q = kb / 2; q < kb1 / 2; q += 2) {  // blocks are multiples of 4 columns
           __m512i v[NP][2];
@@ -907,7 +909,7 @@ void s16_panels(const GemmJob& j, int h0, float* C) {
           }
           for (int t = 0; t < T; ++t)
             for (int h = 0; h < NP; ++h)
-              for (int i = 0; i < 2; ++i) acc[h][t][i] = dpw_bcst(acc[h][t][i], v[h][i], xq[t] + 2 * (q + i));
+              for (int i = 0; i < 2; ++i) acc[h][t][i % NA] = dpw_bcst(acc[h][t][i % NA], v[h][i], xq[t] + 2 * (q + i));
         }
       } else {  // kWord4: 16 rows x 8 columns per 64 bytes, word 2 r + (k & 1) holds kpair qq in bits 4 qq ..
         for (int b = kb / 8; b < kb1 / 8; ++b) {
@@ -932,7 +934,7 @@ void s16_panels(const GemmJob& j, int h0, float* C) {
           for (int t = 0; t < T; ++t) {
             const int16_t* x = xq[t] + 8 * b;
             for (int h = 0; h < NP; ++h)
-              for (int qq = 0; qq < 4; ++qq) acc[h][t][qq & 1] = dpw_bcst(acc[h][t][qq & 1], v[h][qq], x + 2 * qq);
+              for (int qq = 0; qq < 4; ++qq) acc[h][t][qq % NA] = dpw_bcst(acc[h][t][qq % NA], v[h][qq], x + 2 * qq);
           }
         }
       }
@@ -941,8 +943,8 @@ void s16_panels(const GemmJob& j, int h0, float* C) {
                                 : _mm512_set1_epi32(zc);
         for (int t = 0; t < T; ++t) {
           const __m512 f = _mm512_set1_ps(xs[t][blk] * cf);
-          const __m512i part = _mm512_sub_epi32(_mm512_add_epi32(acc[h][t][0], acc[h][t][1]),
-                                                _mm512_mullo_epi32(z, _mm512_set1_epi32(xsum[t][blk])));
+          const __m512i sum = NA == 2 ? _mm512_add_epi32(acc[h][t][0], acc[h][t][NA - 1]) : acc[h][t][0];
+          const __m512i part = _mm512_sub_epi32(sum, _mm512_mullo_epi32(z, _mm512_set1_epi32(xsum[t][blk])));
           out[h][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(part), _mm512_mul_ps(ws[h], f), out[h][t]);
         }
       }
@@ -952,7 +954,7 @@ void s16_panels(const GemmJob& j, int h0, float* C) {
     for (int h = 0; h < NP; ++h) _mm512_storeu_ps(C + size_t(t) * kJobRows + (h0 + h) * kPanelRows, out[h][t]);
 }
 
-// T <= 2 streams both panels at once (more independent chains), 3-4 one panel after the other.
+// T <= 2 streams both panels at once (more independent chains), 3-8 one panel after the other.
 template <CodeKind CK, int T>
 void s16_job(const GemmJob& j, float* C) {
   if constexpr (T <= 2) {
@@ -968,14 +970,18 @@ void s16_t(const GemmJob& j, float* C) {
     case 1: s16_job<CK, 1>(j, C); break;
     case 2: s16_job<CK, 2>(j, C); break;
     case 3: s16_job<CK, 3>(j, C); break;
-    default: s16_job<CK, 4>(j, C); break;
+    case 4: s16_job<CK, 4>(j, C); break;
+    case 5: s16_job<CK, 5>(j, C); break;
+    case 6: s16_job<CK, 6>(j, C); break;
+    case 7: s16_job<CK, 7>(j, C); break;
+    default: s16_job<CK, 8>(j, C); break;
   }
 }
 
 bool run_s16(const GemmJob& j) {
   const ActBuf& a = *j.a;
   if (a.fmt != ActFmt::kS16 || j.nrows < 1 || a.group <= 0 || act16_block(*j.w) != a.group) return false;
-  generic::in_passes_of_four(j, [&](const GemmJob& s) {
+  generic::in_passes<8>(j, [&](const GemmJob& s) {
     switch (j.w->code) {
       case CodeKind::kInt4: s16_t<CodeKind::kInt4>(s, j.scratch); break;
       case CodeKind::kFp4: s16_t<CodeKind::kFp4>(s, j.scratch); break;

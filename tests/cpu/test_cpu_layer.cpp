@@ -659,7 +659,7 @@ TEST(CpuKernels, EveryWeightDecodesAsTheScalarKernel) {
 // The 16-bit integer kernels (Kernels::act16) of both ISA builds on random block fixed-point rows: the
 // AVX-512 kernels (cpu_kernels_avx512.cpp run_s16) do the avx2 ones' arithmetic in the same order on 16
 // rows per vector, so the outputs must be the same bits; both within fp32 summation error of the
-// scalar kernel. T = 1..6 tokens (passes of four, both panel orders), K = 200 (a partial last weight
+// scalar kernel. T = 1-9 and 13 tokens (AVX-512 passes of eight, avx2 passes of four; both panel orders), K = 200 (a partial last weight
 // group and activation block), int4 sym / asym, int8 sym channel / asym g32, MXFP4, NVFP4 A16, with
 // biases and, for NVFP4, e4m3 group scales (the 2^-8 fp16 form).
 TEST(CpuKernels, Int16KernelsAgreeAcrossIsas) {
@@ -685,7 +685,7 @@ TEST(CpuKernels, Int16KernelsAgreeAcrossIsas) {
     const cpu::PackedProj pw = cpu::pack_proj(w, w.w13, true);
     const int B = cpu::act16_block(pw);
     ASSERT_GT(B, 0) << kd.name;
-    for (int T : {1, 2, 3, 4, 5, 6}) {
+    for (int T : {1, 2, 3, 4, 5, 6, 7, 8, 9, 13}) {
       cpu::ActBuf a;
       a.alloc(cpu::ActFmt::kS16, T, int(cpu::round_up(pw.k_pad, B)));
       a.group = B;

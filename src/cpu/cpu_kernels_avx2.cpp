@@ -448,16 +448,12 @@ void fused_s16(const GemmJob& j, float* C) {
   const PackedProj& w = *j.w;
   const size_t sb = scale_kind_bytes(w.gscale_kind);
   const ActBuf& a = *j.a;
-  const int Kp = w.k_pad, B = a.group, nb = a.num_groups;
+  const int Kp = w.k_pad, B = a.group;
   const int seg = w.group > 0 ? w.group : Kp;  // multiple of B (act16), or all of K
-  const int16_t* xq[T];
-  const float* xs[T];
-  const int32_t* xsum[T];
-  for (int t = 0; t < T; ++t) {
-    xq[t] = a.row<int16_t>(j.row0 + t);
-    xs[t] = a.group_scale.data() + size_t(j.row0 + t) * nb;
-    xsum[t] = a.group_sum.data() + size_t(j.row0 + t) * nb;
-  }
+  const generic::S16Rows<T> rows(j);
+  const auto& xq = rows.q;
+  const auto& xs = rows.scale;
+  const auto& xsum = rows.sum;
   // the token's (q_k, q_k+1) in every dword
   const auto pair = [](const int16_t* p) {
     int32_t v;

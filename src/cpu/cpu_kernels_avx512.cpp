@@ -849,16 +849,12 @@ void s16_panels(const GemmJob& j, int h0, float* C) {
   const PackedProj& w = *j.w;
   const ActBuf& a = *j.a;
   const size_t sb = scale_kind_bytes(w.gscale_kind);
-  const int Kp = w.k_pad, B = a.group, nb = a.num_groups;
+  const int Kp = w.k_pad, B = a.group;
   const int seg = w.group > 0 ? w.group : Kp;  // a multiple of B (act16_block), or all of K
-  const int16_t* xq[T];
-  const float* xs[T];
-  const int32_t* xsum[T];
-  for (int t = 0; t < T; ++t) {
-    xq[t] = a.row<int16_t>(j.row0 + t);
-    xs[t] = a.group_scale.data() + size_t(j.row0 + t) * nb;
-    xsum[t] = a.group_sum.data() + size_t(j.row0 + t) * nb;
-  }
+  const generic::S16Rows<T> rows(j);
+  const auto& xq = rows.q;
+  const auto& xs = rows.scale;
+  const auto& xsum = rows.sum;
   constexpr bool kFp4 = CK == CodeKind::kFp4;
   const bool e4m3 = w.group > 0 && w.gscale_kind == ScaleKind::kE4M3;
   const float cf = (kFp4 ? 0.5f : 1.f) * (e4m3 ? 256.f : 1.f);  // e2m1 values doubled; e4m3 scales / 2^8

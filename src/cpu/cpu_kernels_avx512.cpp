@@ -556,11 +556,13 @@ struct FusedScales {
 // multiplies its outputs by 2^8 once. Scaling every term of a sum by the same power of two changes
 // no rounding. Three operations per group and panel instead of eight.
 constexpr float kE4M3Shift = 256.f;
+inline __m512 e4m3_scales16_shifted(const uint8_t* p) {  // 16 e4m3 scales x 2^-8
+  return _mm512_cvtph_ps(_mm256_slli_epi16(_mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 7));
+}
 template <ScaleKind SK>
 inline __m512 fused_scale(const FusedScales& s, int h, int g) {
   const uint8_t* p = s.p[h] + size_t(g) * s.stride;
-  if constexpr (SK == ScaleKind::kE4M3)
-    return _mm512_cvtph_ps(_mm256_slli_epi16(_mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 7));
+  if constexpr (SK == ScaleKind::kE4M3) return e4m3_scales16_shifted(p);
   return load_scales16(SK, p);
 }
 
@@ -830,14 +832,13 @@ inline __m512i dpw_bcst(__m512i acc, __m512i w, const int16_t* x) {
 }
 
 // Weight group g's 16 scales of a panel (1 without group scales, 0 past the last group, where a
-// segment holds only K padding); e4m3 as the fp16 value 2^-8 x the scale (validated finite and > 0:
-// the code shifted into an fp16 is exact), the caller's factor holding the 2^8.
+// segment holds only K padding); e4m3 as 2^-8 x the scale (fused_scale's form), the caller's factor
+// holding the kE4M3Shift.
 inline __m512 s16_scales(const PackedProj& w, const uint8_t* gs, size_t sb, int g) {
   if (!gs) return _mm512_set1_ps(1.f);
   if (g >= w.num_groups) return _mm512_setzero_ps();
   const uint8_t* p = gs + size_t(g) * kPanelRows * sb;
-  if (w.gscale_kind == ScaleKind::kE4M3)
-    return _mm512_cvtph_ps(_mm256_slli_epi16(_mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 7));
+  if (w.gscale_kind == ScaleKind::kE4M3) return e4m3_scales16_shifted(p);
   return load_scales16(w.gscale_kind, p);
 }
 
@@ -857,7 +858,7 @@ void s16_panels(const GemmJob& j, int h0, float* C) {
   const auto& xsum = rows.sum;
   constexpr bool kFp4 = CK == CodeKind::kFp4;
   const bool e4m3 = w.group > 0 && w.gscale_kind == ScaleKind::kE4M3;
-  const float cf = (kFp4 ? 0.5f : 1.f) * (e4m3 ? 256.f : 1.f);  // e2m1 values doubled; e4m3 scales / 2^8
+  const float cf = (kFp4 ? 0.5f : 1.f) * (e4m3 ? kE4M3Shift : 1.f);  // e2m1 values doubled; e4m3 scales / 2^8
   alignas(64) static constexpr int8_t kTab[64] = {12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0,  // 2 e2m1 + 12
                                                   12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0,
                                                   12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0,

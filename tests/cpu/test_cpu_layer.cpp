@@ -165,6 +165,7 @@ struct S16 {
   int block = 0;
   bool nvfp4 = false;
   bool any() const { return block > 0 || nvfp4; }
+  bool operator==(const S16&) const = default;
 };
 S16 s16_of(cpu::Isa isa, const ExpertWeights& w) {
   const cpu::Kernels& kn = cpu::kernels_for(isa);
@@ -195,15 +196,14 @@ void expect_cpu_matches(const ExpertWeights& w, const MoeConfig& cfg, const Expe
     IsaGuard g(isa);
     // QMOE_CPU_ACT16 unset (the ISA's own rule: AVX-512 takes 16-bit codes on Intel CPUs only), =0
     // (bf16 kept) and =1 (16-bit codes wherever the kernels have them): each distinct choice runs once
-    std::vector<std::pair<int, int>> seen;
+    std::vector<std::pair<S16, S16>> seen;  // (routed, shared) choices already run
     for (const char* env : {static_cast<const char*>(nullptr), "0", "1"}) {
       Act16Env ev(env);
       const S16 r0 = s16_of(isa, w), s0 = shared ? s16_of(isa, *shared) : S16{};
       const int b = r0.block, bs = s0.block;
       const bool n0 = r0.nvfp4;
-      const std::pair<int, int> key{b + (n0 ? 1000 : 0), bs + (s0.nvfp4 ? 1000 : 0)};
-      if (std::find(seen.begin(), seen.end(), key) != seen.end()) continue;
-      seen.push_back(key);
+      if (std::find(seen.begin(), seen.end(), std::pair{r0, s0}) != seen.end()) continue;
+      seen.emplace_back(r0, s0);
       const oracle::LayerOut want = oracle::layer(w, cfg, shared, x, tw, ids, b, bs);
       std::vector<double> tol2 = want.tol;
       for (double& t : tol2) t *= 2;

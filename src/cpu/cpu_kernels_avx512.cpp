@@ -842,6 +842,36 @@ inline __m512 s16_scales(const PackedProj& w, const uint8_t* gs, size_t sb, int 
   return load_scales16(w.gscale_kind, p);
 }
 
+// The codes 2 e2m1 + 12 by nibble (vpshufb's 16-entry lanes).
+inline __m512i e2m1_s16_table() {
+  alignas(64) static constexpr int8_t kTab[64] = {12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0,
+                                                  12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0,
+                                                  12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0,
+                                                  12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0};
+  return _mm512_load_si512(kTab);
+}
+// One 64-byte kWord4 block (16 rows x 8 columns; word 2 r + (k & 1) holds kpair qq in bits 4 qq ..)
+// as four vectors of 16-bit codes, v[qq] = kpair qq's 32 words: int4 u, or 2 e2m1 + 12 (kFp4: both
+// nibbles of each byte looked up, kpairs 0 / 2 and 1 / 3, then split).
+template <bool kFp4>
+inline void s16_widen4(__m512i d, __m512i tab, __m512i v[4]) {
+  if constexpr (kFp4) {
+    const __m512i m0f0f = _mm512_set1_epi16(0x0F0F), m00ff = _mm512_set1_epi16(0x00FF);
+    const __m512i lo = _mm512_shuffle_epi8(tab, _mm512_and_si512(d, m0f0f));
+    const __m512i hi = _mm512_shuffle_epi8(tab, _mm512_and_si512(_mm512_srli_epi16(d, 4), m0f0f));
+    v[0] = _mm512_and_si512(lo, m00ff);
+    v[1] = _mm512_and_si512(hi, m00ff);
+    v[2] = _mm512_srli_epi16(lo, 8);
+    v[3] = _mm512_srli_epi16(hi, 8);
+  } else {
+    const __m512i m000f = _mm512_set1_epi16(0x000F);
+    v[0] = _mm512_and_si512(d, m000f);
+    v[1] = _mm512_and_si512(_mm512_srli_epi16(d, 4), m000f);
+    v[2] = _mm512_and_si512(_mm512_srli_epi16(d, 8), m000f);
+    v[3] = _mm512_srli_epi16(d, 12);
+  }
+}
+
 // Panels h0 .. h0 + NP - 1 of job j for T <= 8 tokens into C[t][32]. NA int32 chains per (panel,
 // token): at T <= 4 two (k-pairs 0 / 2 and 1 / 3 of a block: vpdpwssd's latency over one chain would
 // cap it at a fraction of its rate at one token), at 5-8 one (the tokens' chains are enough).
@@ -859,12 +889,7 @@ void s16_panels(const GemmJob& j, int h0, float* C) {
   constexpr bool kFp4 = CK == CodeKind::kFp4;
   const bool e4m3 = w.group > 0 && w.gscale_kind == ScaleKind::kE4M3;
   const float cf = (kFp4 ? 0.5f : 1.f) * (e4m3 ? kE4M3Shift : 1.f);  // e2m1 values doubled; e4m3 scales / 2^8
-  alignas(64) static constexpr int8_t kTab[64] = {12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0,  // 2 e2m1 + 12
-                                                  12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0,
-                                                  12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0,
-                                                  12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0};
-  const __m512i tab = _mm512_load_si512(kTab);
-  const __m512i m000f = _mm512_set1_epi16(0x000F), m0f0f = _mm512_set1_epi16(0x0F0F), m00ff = _mm512_set1_epi16(0x00FF);
+  const __m512i tab = e2m1_s16_table();
   const int zgk = w.has_zp ? w.zp_group : Kp;
   const bool row_z = !kFp4 && w.has_zp;
   const int zc = kFp4 ? 12 : (CK == CodeKind::kInt8 && w.s8) ? 0 : w.zsym;  // signed int8: the value itself
@@ -913,26 +938,13 @@ void s16_panels(const GemmJob& j, int h0, float* C) {
             for (int h = 0; h < NP; ++h)
               for (int i = 0; i < 2; ++i) acc[h][t][i % NA] = dpw_bcst(acc[h][t][i % NA], v[h][i], xq[t] + 2 * (q + i));
         }
-      } else {  // kWord4: 16 rows x 8 columns per 64 bytes, word 2 r + (k & 1) holds kpair qq in bits 4 qq ..
+      } else {  // kWord4
         for (int b = kb / 8; b < kb1 / 8; ++b) {
           __m512i v[NP][4];
           for (int h = 0; h < NP; ++h) {
             _mm_prefetch(reinterpret_cast<const char*>(pc[h] + size_t(b) * 64 + pf[h]), _MM_HINT_T1);
             _mm_prefetch(reinterpret_cast<const char*>(pc[h] + size_t(b) * 64 + kNearPf4), _MM_HINT_T0);
-            const __m512i d = _mm512_loadu_si512(pc[h] + size_t(b) * 64);
-            if constexpr (kFp4) {  // both nibbles of each byte looked up (kpairs 0 / 2 and 1 / 3), then split
-              const __m512i lo = _mm512_shuffle_epi8(tab, _mm512_and_si512(d, m0f0f));
-              const __m512i hi = _mm512_shuffle_epi8(tab, _mm512_and_si512(_mm512_srli_epi16(d, 4), m0f0f));
-              v[h][0] = _mm512_and_si512(lo, m00ff);
-              v[h][1] = _mm512_and_si512(hi, m00ff);
-              v[h][2] = _mm512_srli_epi16(lo, 8);
-              v[h][3] = _mm512_srli_epi16(hi, 8);
-            } else {
-              v[h][0] = _mm512_and_si512(d, m000f);
-              v[h][1] = _mm512_and_si512(_mm512_srli_epi16(d, 4), m000f);
-              v[h][2] = _mm512_and_si512(_mm512_srli_epi16(d, 8), m000f);
-              v[h][3] = _mm512_srli_epi16(d, 12);
-            }
+            s16_widen4<kFp4>(_mm512_loadu_si512(pc[h] + size_t(b) * 64), tab, v[h]);
           }
           for (int t = 0; t < T; ++t) {
             const int16_t* x = xq[t] + 8 * b;
@@ -981,10 +993,131 @@ void s16_t(const GemmJob& j, float* C) {
   }
 }
 
+// ---- act16 tile: jobs of more than kS16Pass tokens ---------------------------------------------
+// The fused kernels above decode every 64-byte block again for each pass of 8 tokens (7 operations
+// per block on the vector ports beside its 32 vpdpwssd) and flush each activation block with ~8
+// operations per token (broadcasts of the factor and of z x sum q, vpmulld, sub, cvt, mul, fma).
+// Here, per K chunk of kChunk columns, both panels' codes are widened once into an L1 tile of signed
+// 16-bit words u - z (tile[kp] = kpair kp's 32 words, word 2 r + (k & 1) of row r; e2m1 as 2 e2m1),
+// so a block's int32 sum is the fused kernels' sum q u - z sum q itself (the same integer), and the
+// weight scales are stored times cf (a power of two, so ws cf xs = ws (xs cf) exactly, one rounding
+// of the same real product). A block of up to kS16TB tokens then runs over the tile: one tile load
+// feeds TB vpdpwssd, and a flush is cvt, mul (the token's factor from memory) and fma, in the fused
+// kernels' order: both give the same bits. qwen3-30b-a3b int4-g32 M = 512 (32 tokens per expert on
+// average), two threads, three alternations: 133 -> 106 ms (39 -> 47% of the int16 dot peak); M = 128
+// (~8): 35.2 against 33.6 ms with the fused passes alone, within this VM's noise.
+constexpr int kS16Pass = 8;  // jobs of up to this many tokens take the fused passes
+constexpr int kS16TB = 12;   // tokens per tile block: 12 chains + 12 sums + tile + scale registers
+
+// Tile block: tokens t0 .. t0 + TB - 1 of one panel over the chunk's nkp kpairs in activation blocks
+// of bkp kpairs (the last one shorter where K is not a multiple of the block). x: token t0's codes at
+// the chunk's first column, xs its block factors from the chunk's first block (rows lda / ldg apart);
+// ws: the panel's scales x cf per block; C: the tokens' sums (kJobRows apart). Measured on the s40
+// Intel VM (one job, K = 2048, 48 tokens, warm, one core, alternating): this plain loop (kpair outer,
+// token inner; GCC walks one pointer over the tokens) ran as fast as the forms without that walk
+// (12 row pointers with displacements, 255-293 against 267-275 GOP/s) and faster than token-outer
+// chains of 2-8 kpairs (215-227), which leave fewer independent chains in the window. TB 10 / 14 /
+// 16: 262-271 / 240-258 / 204-219.
+template <int TB>
+void s16_ukr(const __m512i* tile, int nkp, int bkp, const int16_t* x, size_t lda, const float* xs, size_t ldg,
+             const __m512* ws, float* C) {
+  for (int bi = 0, kp0 = 0; kp0 < nkp; ++bi, kp0 += bkp) {
+    __m512i acc[TB];
+    for (int t = 0; t < TB; ++t) acc[t] = _mm512_setzero_si512();
+    const int kp1 = std::min(nkp, kp0 + bkp);
+    for (int kp = kp0; kp < kp1; ++kp) {
+      const __m512i w = _mm512_load_si512(tile + kp);
+      for (int t = 0; t < TB; ++t) acc[t] = dpw_bcst(acc[t], w, x + t * lda + 2 * kp);
+    }
+    for (int t = 0; t < TB; ++t) {
+      float* c = C + t * kJobRows;
+      _mm512_store_ps(c, _mm512_fmadd_ps(_mm512_cvtepi32_ps(acc[t]), _mm512_mul_ps(ws[bi], _mm512_set1_ps(xs[t * ldg + bi])),
+                                         _mm512_load_ps(c)));
+    }
+  }
+}
+
+// Per-row zero points (16 bytes, row r) as the words of a pair-layout vector (word j: row j / 2).
+inline __m512i zp_words16(const uint8_t* z16) {
+  const __m512i d = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(z16)));
+  return _mm512_or_si512(d, _mm512_slli_epi32(d, 16));
+}
+
+template <CodeKind CK>
+void s16_tile(const GemmJob& j) {
+  const PackedProj& w = *j.w;
+  const ActBuf& a = *j.a;
+  const int T = j.nrows, Kp = w.k_pad, B = a.group;
+  const int seg = w.group > 0 ? w.group : Kp;
+  constexpr bool kFp4 = CK == CodeKind::kFp4;
+  const bool e4m3 = w.group > 0 && w.gscale_kind == ScaleKind::kE4M3;
+  const __m512 cf = _mm512_set1_ps((kFp4 ? 0.5f : 1.f) * (e4m3 ? kE4M3Shift : 1.f));
+  const bool row_z = !kFp4 && w.has_zp;
+  const int zc = kFp4 ? 12 : (CK == CodeKind::kInt8 && w.s8) ? 0 : w.zsym;
+  const int zgk = w.has_zp ? w.zp_group : Kp;
+  const size_t sb = scale_kind_bytes(w.gscale_kind);
+  const int nbm = kChunk / B, bkp = B / 2;
+  float* C = j.scratch;                                                   // [T][32]
+  __m512i* tile = reinterpret_cast<__m512i*>(C + size_t(T) * kJobRows);  // [2][kChunk / 2]
+  __m512* ws = reinterpret_cast<__m512*>(tile + kChunk);                  // [2][nbm]
+  std::memset(C, 0, size_t(T) * kJobRows * 4);
+  const __m512i tab = e2m1_s16_table(), zsym = _mm512_set1_epi16(int16_t(zc));
+  const uint8_t *pc[2], *zp[2], *gs[2];
+  for (int h = 0; h < 2; ++h) {
+    const int pn = 2 * j.pair + h;
+    pc[h] = w.panel(j.e, pn);
+    zp[h] = w.has_zp ? w.zp_panel(j.e, pn) : nullptr;
+    gs[h] = w.group > 0 ? w.gscale_panel(j.e, pn) : nullptr;
+  }
+  const size_t bpk = CK == CodeKind::kInt8 ? 32 : 16;  // code bytes per kpair and panel
+  for (int k0 = 0; k0 < Kp; k0 += kChunk) {
+    const int kc = std::min(kChunk, Kp - k0);
+    for (int h = 0; h < 2; ++h) {
+      __m512i* dst = tile + h * (kChunk / 2);
+      // zero points: per 8 columns (a 64-byte int4 block, 4 int8 kpairs); zp groups are multiples of 8
+      for (int c = 0; c < kc; c += 8) {
+        const __m512i z = row_z ? zp_words16(zp[h] + size_t((k0 + c) / zgk) * kPanelRows) : zsym;
+        __m512i* v = dst + c / 2;
+        if constexpr (CK == CodeKind::kInt8) {
+          for (int i = 0; i < 4; ++i) {
+            const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pc[h] + (size_t(k0 + c) / 2 + i) * 32));
+            v[i] = _mm512_sub_epi16(w.s8 ? _mm512_cvtepi8_epi16(b) : _mm512_cvtepu8_epi16(b), z);
+          }
+        } else {
+          s16_widen4<kFp4>(_mm512_loadu_si512(pc[h] + size_t(k0 + c) / 8 * 64), tab, v);
+          for (int i = 0; i < 4; ++i) v[i] = _mm512_sub_epi16(v[i], z);
+        }
+      }
+      // the next chunk's codes (or the next job's first) into L2 while this chunk's tokens run
+      const char* next = k0 + kChunk < Kp ? reinterpret_cast<const char*>(pc[h] + size_t(k0 + kChunk) / 2 * bpk)
+                                          : reinterpret_cast<const char*>(next_job_panel(w, j, h));
+      for (size_t o = 0; o < size_t(kChunk / 2) * bpk; o += 64) _mm_prefetch(next + o, _MM_HINT_T1);
+      for (int bi = 0; bi * B < kc; ++bi) ws[h * nbm + bi] = _mm512_mul_ps(s16_scales(w, gs[h], sb, (k0 + bi * B) / seg), cf);
+    }
+    const int16_t* x0 = a.row<int16_t>(j.row0) + k0;
+    const float* xs0 = a.group_scale.data() + size_t(j.row0) * a.num_groups + k0 / B;
+    for_token_blocks<kS16TB>(T, [&](int t0, auto tb) {
+      for (int h = 0; h < 2; ++h)
+        s16_ukr<decltype(tb)::value>(tile + h * (kChunk / 2), kc / 2, bkp, x0 + size_t(t0) * a.ld, size_t(a.ld),
+                                     xs0 + size_t(t0) * a.num_groups, size_t(a.num_groups), ws + h * nbm,
+                                     C + size_t(t0) * kJobRows + h * kPanelRows);
+    });
+  }
+  generic::finish(j, C);
+}
+
 bool run_s16(const GemmJob& j) {
   const ActBuf& a = *j.a;
   if (a.fmt != ActFmt::kS16 || j.nrows < 1 || a.group <= 0 || act16_block(*j.w) != a.group) return false;
-  generic::in_passes<8>(j, [&](const GemmJob& s) {
+  if (j.nrows > kS16Pass && kChunk % a.group == 0) {
+    switch (j.w->code) {
+      case CodeKind::kInt4: s16_tile<CodeKind::kInt4>(j); break;
+      case CodeKind::kFp4: s16_tile<CodeKind::kFp4>(j); break;
+      default: s16_tile<CodeKind::kInt8>(j); break;
+    }
+    return true;
+  }
+  generic::in_passes<kS16Pass>(j, [&](const GemmJob& s) {
     switch (j.w->code) {
       case CodeKind::kInt4: s16_t<CodeKind::kInt4>(s, j.scratch); break;
       case CodeKind::kFp4: s16_t<CodeKind::kFp4>(s, j.scratch); break;

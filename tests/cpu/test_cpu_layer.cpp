@@ -668,8 +668,12 @@ TEST(CpuKernels, Int16KernelsAgreeAcrossIsas) {
   const K kinds[] = {{"int4_g32_sym", SchemeKind::kWNA16, 4, 32, true},   {"int4_g64_asym", SchemeKind::kWNA16, 4, 64, false},
                      {"int8_channel_sym", SchemeKind::kWNA16, 8, 0, true}, {"int8_g32_asym", SchemeKind::kWNA16, 8, 32, false},
                      {"mxfp4a16", SchemeKind::kMXFP4A16, 4, 32, true},     {"nvfp4a16", SchemeKind::kNVFP4A16, 4, 16, true}};
-  const int H = 200, I = 40;  // w13: 80 rows (three jobs, the last half padding) x K = 200
+  // w13: 80 rows (three jobs, the last half padding) x K = 200 (one chunk of the AVX-512 tile path) or
+  // 600 (three, the last ending in a partial activation block); T > 8 runs the tile path, T = 29 / 40
+  // as several token blocks
+  const int I = 40;
   std::mt19937 rng(77);
+  for (int H : {200, 600})
   for (const K& kd : kinds) {
     ref::RandomWeightsSpec rs;
     rs.scheme = spec_of(kd.kind);
@@ -685,7 +689,7 @@ TEST(CpuKernels, Int16KernelsAgreeAcrossIsas) {
     const cpu::PackedProj pw = cpu::pack_proj(w, w.w13, true);
     const int B = cpu::act16_block(pw);
     ASSERT_GT(B, 0) << kd.name;
-    for (int T : {1, 2, 3, 4, 5, 6, 7, 8, 9, 13}) {
+    for (int T : {1, 2, 3, 4, 5, 6, 7, 8, 9, 13, 29, 40}) {
       cpu::ActBuf a;
       a.alloc(cpu::ActFmt::kS16, T, int(cpu::round_up(pw.k_pad, B)));
       a.group = B;
@@ -721,10 +725,10 @@ TEST(CpuKernels, Int16KernelsAgreeAcrossIsas) {
           double amax = 0;
           for (float v : want) amax = std::max(amax, double(std::fabs(v)));
           for (size_t i = 0; i < want.size(); ++i) {
-            const std::string at = std::string(kd.name) + " T " + std::to_string(T) + " e " + std::to_string(e) + " pair " +
+            const std::string at = std::string(kd.name) + " H " + std::to_string(H) + " T " + std::to_string(T) + " e " + std::to_string(e) + " pair " +
                                    std::to_string(pair) + " out " + std::to_string(i);
             ASSERT_EQ(0, std::memcmp(&a5[i], &a2[i], 4)) << at << ": avx512 " << a5[i] << " avx2 " << a2[i];
-            // fp32 sums over <= 13 blocks of exact int32 parts: well inside 2^-16 of the row's largest output
+            // fp32 sums over <= 38 blocks of exact int32 parts: well inside 2^-16 of the row's largest output
             ASSERT_NEAR(a5[i], want[i], std::ldexp(amax, -16) + 1e-30) << at;
           }
         }

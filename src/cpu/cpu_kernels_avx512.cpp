@@ -1219,9 +1219,45 @@ void quant_row_nvfp4_s16(const float* x, int n, const QuantRowArgs& q, ActBuf& a
 }
 }  // namespace
 
+// kS16 (16-bit block fixed point, the portable quantizer's definition, blocks of a multiple of 16
+// columns): per block the finite check (fpclass), amax, E = max(floor(log2 amax), -112) from the
+// exponent bits, q = rint(x 2^(14 - E)) (vcvtps2dq under the default round-to-nearest-even), the
+// sum of q; a non-finite value: codes 0, sum 0, factor NaN.
+void quant_row_s16(const float* x, int n, ActBuf& a, int i) {
+  constexpr int kMaxPieces = 8;  // blocks of up to 128 columns
+  const int B = a.group, np = B / 16;
+  int16_t* d = a.row<int16_t>(i);
+  float* gs = a.group_scale.data() + size_t(i) * a.num_groups;
+  int32_t* sum = a.group_sum.data() + size_t(i) * a.num_groups;
+  for (int g = 0; g < a.num_groups; ++g) {
+    const int k0 = g * B;
+    __m512 v[kMaxPieces];
+    __m512 amax = _mm512_setzero_ps();
+    __mmask16 bad = 0;
+    for (int p = 0; p < np; ++p) {
+      const int len = std::clamp(n - (k0 + 16 * p), 0, 16);
+      v[p] = _mm512_maskz_loadu_ps(__mmask16((1u << len) - 1), x + k0 + 16 * p);
+      bad |= _mm512_fpclass_ps_mask(v[p], 0x99);  // NaN, +-Inf
+      amax = _mm512_max_ps(amax, _mm512_abs_ps(v[p]));
+    }
+    const uint32_t am = generic::bits_of(_mm512_reduce_max_ps(amax));
+    const int E = std::max(int(am >> 23) - 127, -112);
+    const __m512 mul = _mm512_set1_ps(generic::f32_of(uint32_t(14 - E + 127) << 23));
+    __m512i tot = _mm512_setzero_si512();
+    for (int p = 0; p < np; ++p) {
+      const __m512i c = bad ? _mm512_setzero_si512() : _mm512_cvtps_epi32(_mm512_mul_ps(v[p], mul));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(d + k0 + 16 * p), _mm512_cvtepi32_epi16(c));
+      tot = _mm512_add_epi32(tot, c);
+    }
+    gs[g] = bad ? std::nanf("") : generic::f32_of(uint32_t(E - 14 + 127) << 23);
+    sum[g] = _mm512_reduce_add_epi32(tot);
+  }
+}
+
 void quant_row(const float* x, int n, const QuantRowArgs& q, ActBuf& a, int i) {
   if (q.q == RowQuant::kNVFP4) return quant_row_nvfp4(x, n, q, a, i);
   if (q.q == RowQuant::kNVFP4S16) return quant_row_nvfp4_s16(x, n, q, a, i);
+  if (q.q == RowQuant::kS16 && a.group % 16 == 0 && a.group <= 128) return quant_row_s16(x, n, a, i);
   generic::quant_row(x, n, q, a, i);
 }
 

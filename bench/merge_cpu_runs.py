@@ -66,14 +66,17 @@ def main():
     # runs before the thirty-ninth session had no int16 probe: their "/s16" rows (avx2, vpmaddwd) used
     # the int8 one, which was the same instruction there
     peak_int16 = max(r.get("int16_gops", r["int8_gops"]) for r in rows)
+    # runs before the fortieth session had no fp32 FMA probe (and no "/f32" rows)
+    peak_fma = max(r.get("fma_gflops", 0) for r in rows)
     for r in rows:
         moved = r["tbps"] * 1e12 * r["us"] * 1e-6  # bytes of the floor (weights touched + in/out)
         flops = r["tflops"] * 1e12 * r["us"] * 1e-6
         # int8 activations multiply on the int8 instruction, layers whose activations enter as 16-bit
         # integer codes ("/s16") on the int16 one
         s16 = r.get("kernel", "").endswith("/s16")
+        f32 = r.get("kernel", "").endswith("/f32")  # bf16 weights on fp32 FMAs
         int8 = r["scheme"] in ("w8a8-int8", "w4a8-int8")
-        peak = (peak_int16 if s16 else peak_int8 if int8 else peak_bf16) * 1e9
+        peak = (peak_int16 if s16 else peak_fma if f32 else peak_int8 if int8 else peak_bf16) * 1e9
         r["floor_us"] = max(moved / (r["read_gbps"] * 1e9), flops / peak) * 1e6
         r["pct_floor"] = 100 * r["floor_us"] / r["us"]
         r["pct_peak"] = 100 * flops / (r["us"] * 1e-6) / peak
@@ -103,7 +106,8 @@ def main():
             v = geo[s]
             print(f"- geomean ggml/qmoe, {s}, {len(v)} rows with M >= 8: {math.exp(sum(v) / len(v)):.2f}x")
     dev = next(iter(best.values()))
-    print(f'\nDevice: {dev["device"]}; dot peaks (best of the runs): bf16 {peak_bf16:.0f} GFLOP/s, int8 {peak_int8:.0f} GOP/s.')
+    print(f'\nDevice: {dev["device"]}; dot peaks (best of the runs): bf16 {peak_bf16:.0f} GFLOP/s, int8 {peak_int8:.0f} GOP/s, '
+          f'int16 {peak_int16:.0f} GOP/s, fp32 FMA {peak_fma:.0f} GFLOP/s.')
 
 
 if __name__ == "__main__":

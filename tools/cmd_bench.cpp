@@ -185,7 +185,7 @@ int run_bench(const Opts& o) {
   }
 
   // ---- ceilings ---------------------------------------------------------------------------------
-  double read_gbps = 0, bf16_gflops = 0, int8_gops = 0, int16_gops = 0, fp8_gflops = 0;
+  double read_gbps = 0, bf16_gflops = 0, int8_gops = 0, int16_gops = 0, fma_gflops = 0, fp8_gflops = 0;
   std::string device;
   if (cpu) {
     device = cpu::cpu_description();
@@ -193,11 +193,12 @@ int run_bench(const Opts& o) {
     bf16_gflops = cpu::measure_bf16_dot_gflops();
     int8_gops = cpu::measure_int8_dot_gops();
     int16_gops = cpu::measure_int16_dot_gops();
+    fma_gflops = cpu::measure_fma_gflops();
     std::printf("device: %s\nstreaming read: %.1f GB/s (best of 5 x 1 GiB, all threads; each row re-probes 5 x 256 MiB)\n"
                 "bf16 dot peak (%s): %.0f GFLOP/s; int8 dot peak (%s): %.0f GOP/s; int16 dot peak (%s; \"/s16\" rows): "
-                "%.0f GOP/s%s\n\n",
+                "%.0f GOP/s; fp32 FMA peak (vfmadd231ps; \"/f32\" rows): %.0f GFLOP/s%s\n\n",
                 device.c_str(), read_gbps, cpu::bf16_dot_instruction(), bf16_gflops, cpu::int8_dot_instruction(),
-                int8_gops, cpu::int16_dot_instruction(), int16_gops,
+                int8_gops, cpu::int16_dot_instruction(), int16_gops, fma_gflops,
                 bf16_gflops > 0 ? "" : " (scalar kernels: no peak, the floor is the bandwidth term alone)");
   } else {
 #if defined(QMOE_HAVE_CUDA)
@@ -288,9 +289,10 @@ int run_bench(const Opts& o) {
         }
         const double bytes = wbytes + io;
         // CPU layers whose activations enter as 16-bit integer codes (method "/s16") multiply on the
-        // 16-bit integer instruction
+        // 16-bit integer instruction, bf16-weight layers on fp32 activations ("/f32") on fp32 FMAs
         const bool s16 = cpu && std::string_view(r.note).ends_with("/s16");
-        const double peak = s16 ? int16_gops : sc.int8_acts ? int8_gops : (!cpu && sc.fp8 && fp8_gflops > 0) ? fp8_gflops : bf16_gflops;
+        const bool f32 = cpu && std::string_view(r.note).ends_with("/f32");
+        const double peak = s16 ? int16_gops : f32 ? fma_gflops : sc.int8_acts ? int8_gops : (!cpu && sc.fp8 && fp8_gflops > 0) ? fp8_gflops : bf16_gflops;
         if (r.read_gbps <= 0) r.read_gbps = read_gbps;
         if (cpu) {
           std::ifstream la("/proc/loadavg");
@@ -336,7 +338,7 @@ int run_bench(const Opts& o) {
                    {"us_min", r.us_min}, {"tbps", r.tbps}, {"tflops", r.tflops}, {"floor_us", r.floor_us},
                    {"pct_floor", r.pct_floor}, {"peer", r.peer}, {"peer_us", r.peer_us}, {"ratio_peer", r.ratio},
                    {"kernel", r.note}, {"device", device}, {"read_gbps", r.read_gbps}, {"read_gbps_start", read_gbps}, {"load_avg", r.load_avg}, {"bf16_gflops", bf16_gflops},
-                   {"int8_gops", int8_gops}, {"int16_gops", int16_gops}});
+                   {"int8_gops", int8_gops}, {"int16_gops", int16_gops}, {"fma_gflops", fma_gflops}});
     std::ofstream f(o.json);
     if (!f) bad_input("bench: cannot write ", o.json);
     f << j.dump(1) << "\n";

@@ -73,6 +73,9 @@ using GemmFn = void (*)(const GemmJob& j);
 // activations as RowQuant::kS16 for A16 int / fp4 codes, NVFP4 activations as kNVFP4S16; the avx2
 // kernels' integer dot products, cpu_kernels_avx2.cpp), and with which block.
 using Act16Fn = int (*)(const PackedProj& w);  // block (16 / 32 columns), 0 = keep bf16
+// Whether the ISA's kernels take a bf16-weight projection's bf16 activations as fp32 (fmt kF32:
+// fp32 FMAs on the widened bf16 weights instead of vdpbf16ps where that issues slowly).
+using F32ActsFn = bool (*)(const PackedProj& w);
 
 // GEMM1's activation for n columns: h[c] = act(g[c], u[c]) in fp32, the expression
 // ref::apply_activation evaluates, with the ISA's exp (within a few fp32 ulps of expf: the kernels'
@@ -92,6 +95,7 @@ struct Kernels {
   const char* name;
   Act16Fn act16 = nullptr;
   ActRowFn act_row = nullptr;
+  F32ActsFn f32_acts = nullptr;
 };
 const Kernels& kernels_for(Isa isa);
 
@@ -107,6 +111,7 @@ void gemm(const GemmJob&);
 void quant_row(const float*, int, const QuantRowArgs&, ActBuf&, int);
 int act16(const PackedProj&);
 void act_row(Activation, const float*, const float*, int, float*);
+bool f32_acts(const PackedProj&);
 }  // namespace avx512
 
 }  // namespace qmoe::cpu

@@ -116,6 +116,7 @@ struct ExpertSet {
   RowQuant rq = RowQuant::kBF16;
   ActFmt fmt = ActFmt::kBF16;
   int block13 = 0, block2 = 0;  // kS16: the activation blocks of w13's / w2's inputs
+  bool f32 = false;             // bf16 activations as fp32 rows (Kernels::f32_acts)
   std::string key;
 
   // kn: the ISA's kernels (which may take bf16 activations in 16-bit block fixed point, Kernels::act16);
@@ -149,6 +150,12 @@ struct ExpertSet {
         rq = rq == RowQuant::kBF16 ? RowQuant::kS16 : RowQuant::kNVFP4S16;
         fmt = ActFmt::kS16;
       }
+    }
+    // bf16 weights: bf16 activations as fp32 rows where the kernels multiply them by fp32 FMAs
+    if (rq == RowQuant::kBF16 && kn.f32_acts && act16_on && kn.f32_acts(w13) && kn.f32_acts(w2)) {
+      rq = RowQuant::kF32;
+      fmt = ActFmt::kF32;
+      f32 = true;
     }
     key = w.scheme.key();
   }
@@ -236,7 +243,7 @@ class CpuLayer final : public MoeLayer {
   // "/s16": the routed experts' activations enter the kernels as 16-bit integer codes (ActFmt::kS16:
   // bf16 as block fixed point, RowQuant::kS16; NVFP4 exactly, kNVFP4S16)
   std::string method_name() const override {
-    return std::string("cpu/") + isa_name(isa_) + "/" + experts_.key + (experts_.fmt == ActFmt::kS16 ? "/s16" : "");
+    return std::string("cpu/") + isa_name(isa_) + "/" + experts_.key + (experts_.fmt == ActFmt::kS16 ? "/s16" : experts_.f32 ? "/f32" : "");
   }
 
  private:
@@ -515,7 +522,7 @@ std::string set_can_implement(const ExpertWeights& w, const char* what) {
 const Kernels& kernels_for(Isa isa) {
   static const Kernels k[3] = {{scalar::gemm, scalar::quant_row, "scalar"},
                                {avx2::gemm, avx2::quant_row, "avx2", avx2::act16, avx2::act_row},
-                               {avx512::gemm, avx512::quant_row, "avx512", avx512::act16, avx512::act_row}};
+                               {avx512::gemm, avx512::quant_row, "avx512", avx512::act16, avx512::act_row, avx512::f32_acts}};
   return k[static_cast<int>(isa)];
 }
 

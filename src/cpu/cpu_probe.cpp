@@ -138,6 +138,14 @@ double measure_int16_dot_gops() {
   }
 }
 
+double measure_fma_gflops() {
+  switch (cpu_isa()) {
+    case Isa::kAvx512: return peak_of(avx512::fma_loop);
+    case Isa::kAvx2: return peak_of(avx2::fma_loop);
+    default: return 0;
+  }
+}
+
 const char* bf16_dot_instruction() {
   return cpu_isa() == Isa::kAvx512 ? "vdpbf16ps" : cpu_isa() == Isa::kAvx2 ? "vfmadd231ps" : "-";
 }

@@ -23,6 +23,9 @@ double measure_int8_dot_gops();
 // 16-bit block fixed point): avx512 vpdpwssd (2 multiply-adds per 32-bit lane, half of vpdpbusd's
 // 4), avx2 vpmaddwd + vpaddd (the int8 peak's loop: both kernels widen to 16-bit words there).
 double measure_int16_dot_gops();
+// GFLOP/s of fp32 FMAs (2 flops each; "/f32" layers: bf16 weights widened to fp32, fp32 activations):
+// avx512 vfmadd231ps zmm, avx2 vfmadd231ps ymm; 0 on the scalar path.
+double measure_fma_gflops();
 // The instruction the measure_* functions time on this ISA ("-" if none).
 const char* bf16_dot_instruction();
 const char* int8_dot_instruction();
@@ -37,6 +40,7 @@ unsigned long long read_sum(const void* p, size_t bytes);
 double bf16_dot_loop(long iters);  // returns flops executed
 double int8_dot_loop(long iters);  // returns ops executed
 double int16_dot_loop(long iters);  // returns ops executed
+double fma_loop(long iters);        // returns flops executed
 }  // namespace avx512
 namespace avx2 {
 unsigned long long read_sum(const void* p, size_t bytes);

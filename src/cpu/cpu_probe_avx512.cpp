@@ -65,4 +65,17 @@ double int16_dot_loop(long iters) {
   return double(iters) * 16 * 16 * 2 * 2;  // instructions x lanes x (2 multiply-adds) x 2 ops
 }
 
+double fma_loop(long iters) {
+  __m512 acc[16];
+  for (int i = 0; i < 16; ++i) acc[i] = _mm512_set1_ps(float(i));
+  const __m512 a = _mm512_set1_ps(0.999f), b = _mm512_set1_ps(1e-3f);
+  for (long it = 0; it < iters; ++it)
+    for (int i = 0; i < 16; ++i) acc[i] = _mm512_fmadd_ps(acc[i], a, b);
+  __m512 s = acc[0];
+  for (int i = 1; i < 16; ++i) s = _mm512_add_ps(s, acc[i]);
+  volatile float sink = _mm512_reduce_add_ps(s);
+  (void)sink;
+  return double(iters) * 16 * 16 * 2;  // instructions x lanes x 2 flops
+}
+
 }  // namespace qmoe::cpu::avx512

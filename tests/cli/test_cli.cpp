@@ -272,7 +272,8 @@ TEST(Cli, CpuBenchFloorUsesTheMeasuredPeakOrBandwidthAlone) {
       // layers whose activations enter as 16-bit integer codes multiply on the 16-bit integer instruction
       const std::string kernel = row["kernel"];
       const bool s16 = std::string_view(kernel).ends_with("/s16");
-      const double peak = s16 ? row["int16_gops"] : row["bf16_gflops"];
+      const bool f32 = std::string_view(kernel).ends_with("/f32");  // bf16 weights on fp32 FMAs
+      const double peak = s16 ? row["int16_gops"] : f32 ? row["fma_gflops"] : row["bf16_gflops"];
       const std::string what = row.dump();
       if (forced) {
         EXPECT_EQ(peak, 0.0) << what;

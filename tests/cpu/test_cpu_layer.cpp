@@ -164,6 +164,7 @@ std::vector<Case> all_cases() {
 struct S16 {
   int block = 0;
   bool nvfp4 = false;
+  bool f32 = false;  // bf16 weights: bf16 activations as fp32 rows (Kernels::f32_acts, method "/f32")
   bool any() const { return block > 0 || nvfp4; }
   bool operator==(const S16&) const = default;
 };
@@ -172,6 +173,8 @@ S16 s16_of(cpu::Isa isa, const ExpertWeights& w) {
   const char* env = std::getenv("QMOE_CPU_ACT16");
   const bool a16 = w.scheme.act == ActQuant::kNone && w.act_dtype == DType::kBF16;
   if (!kn.act16 || (env && env[0] == '0') || !(a16 || w.scheme.act == ActQuant::kNVFP4)) return {};
+  if (a16 && kn.f32_acts && kn.f32_acts(cpu::pack_proj(w, w.w13, true)) && kn.f32_acts(cpu::pack_proj(w, w.w2, false)))
+    return {0, false, true};
   const int b13 = kn.act16(cpu::pack_proj(w, w.w13, true)), b2 = kn.act16(cpu::pack_proj(w, w.w2, false));
   EXPECT_TRUE(b13 == b2 || b13 == 0 || b2 == 0) << b13 << " " << b2;
   if (a16) return {b13 > 0 && b2 > 0 ? b13 : 0, false};
@@ -211,11 +214,13 @@ void expect_cpu_matches(const ExpertWeights& w, const MoeConfig& cfg, const Expe
       const std::string name = layer->method_name();
       EXPECT_NE(name.find(cpu::isa_name(isa)), std::string::npos) << name;
       EXPECT_EQ(std::string_view(name).ends_with("/s16"), b > 0 || n0) << name;
+      EXPECT_EQ(std::string_view(name).ends_with("/f32"), r0.f32) << name;
       Tensor y = layer->forward_routed(x, tw, ids);
       ASSERT_EQ(y.dtype(), w.act_dtype);
       ASSERT_EQ(y.shape(), Shape({x.size(0), w.hidden}));
       const std::string tag = what + " [" + cpu::isa_name(isa) + (b > 0 ? ", act16 " + std::to_string(b) : "") +
-                              (n0 ? ", nvfp4 s16" : "") + (bs > 0 ? ", shared act16 " + std::to_string(bs) : "") +
+                              (n0 ? ", nvfp4 s16" : "") + (r0.f32 ? ", f32 acts" : "") +
+                              (bs > 0 ? ", shared act16 " + std::to_string(bs) : "") +
                               (env ? std::string(", QMOE_CPU_ACT16=") + env : "") + "]";
       test::CompareResult r = test::compare(y, want.y, want.tol);
       EXPECT_TRUE(r.ok) << r.report(tag + " vs float64 model");

@@ -55,6 +55,12 @@ inline __m512 fma_bcst(__m512 acc, __m512 w, const float* a) {
   asm("vfmadd231ps %2%{1to16%}, %1, %0" : "+v"(acc) : "v"(w), "m"(*a));
   return acc;
 }
+// A kpair vector of bf16 weights (word 2 r + (k & 1) of row r) as fp32: *e the k values (shifted into
+// the high half), *o the k + 1 values (masked).
+inline void widen_bf16(__m512i v, __m512* e, __m512* o) {
+  *e = _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+  *o = _mm512_castsi512_ps(_mm512_and_si512(v, _mm512_set1_epi32(int(0xFFFF0000u))));
+}
 // bf16 bits of the value (i - 16), i = 0..31: the lookup table of integer codes after the
 // per-lane offset 16 - z has been added (vpermw uses the low 5 bits of each index).
 inline __m512i int_table() {
@@ -285,15 +291,15 @@ void ukr_bf16(const uint16_t* w0, const uint16_t* w1, int nkp, int seg_kp, const
 // two cores) and vfmadd231ps at 2: 32 multiply-adds per cycle against ~14.
 template <int TB>
 void ukr_f32(const uint16_t* w0, const uint16_t* w1, int nkp, const float* a, size_t lda, float* C) {
-  const __m512i hi = _mm512_set1_epi32(int(0xFFFF0000u));
   __m512 acc0[TB], acc1[TB];
   for (int t = 0; t < TB; ++t) acc0[t] = _mm512_load_ps(C + t * 32), acc1[t] = _mm512_load_ps(C + t * 32 + 16);
   for (int kp = 0; kp < nkp; ++kp) {
     _mm_prefetch(reinterpret_cast<const char*>(w0 + size_t(kp) * 32) + kStreamPrefetch, _MM_HINT_T1);
     _mm_prefetch(reinterpret_cast<const char*>(w1 + size_t(kp) * 32) + kStreamPrefetch, _MM_HINT_T1);
     const __m512i W0 = _mm512_load_si512(w0 + size_t(kp) * 32), W1 = _mm512_load_si512(w1 + size_t(kp) * 32);
-    const __m512 w0e = _mm512_castsi512_ps(_mm512_slli_epi32(W0, 16)), w0o = _mm512_castsi512_ps(_mm512_and_si512(W0, hi));
-    const __m512 w1e = _mm512_castsi512_ps(_mm512_slli_epi32(W1, 16)), w1o = _mm512_castsi512_ps(_mm512_and_si512(W1, hi));
+    __m512 w0e, w0o, w1e, w1o;
+    widen_bf16(W0, &w0e, &w0o);
+    widen_bf16(W1, &w1e, &w1o);
     for (int t = 0; t < TB; ++t) {
       const float* x = a + t * lda + 2 * kp;
       acc0[t] = fma_bcst(fma_bcst(acc0[t], w0e, x), w0o, x + 1);
@@ -753,10 +759,7 @@ void fused_panels(const GemmJob& j, int h0, const FusedScales& sc) {
         if (f32) {  // two fp32 FMAs per kpair on the widened weights (ukr_f32's arithmetic)
           for (int i = 0; i < 4; ++i) {
             __m512 ve[NP], vo[NP];
-            for (int h = 0; h < NP; ++h) {
-              ve[h] = _mm512_castsi512_ps(_mm512_slli_epi32(v[h][i], 16));
-              vo[h] = _mm512_castsi512_ps(_mm512_and_si512(v[h][i], _mm512_set1_epi32(int(0xFFFF0000u))));
-            }
+            for (int h = 0; h < NP; ++h) widen_bf16(v[h][i], &ve[h], &vo[h]);
             for (int t = 0; t < T; ++t) {
               const float* x = af[t] + 2 * (kp + i);
               for (int h = 0; h < NP; ++h) p[h][t][i % kNp] = fma_bcst(fma_bcst(p[h][t][i % kNp], ve[h], x), vo[h], x + 1);

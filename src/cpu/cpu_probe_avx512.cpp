@@ -26,55 +26,51 @@ unsigned long long read_sum(const void* p, size_t bytes) {
   return static_cast<unsigned long long>(_mm512_reduce_add_epi64(a0));
 }
 
-double bf16_dot_loop(long iters) {
+// 16 independent chains acc[i] = step(acc[i]), iters rounds, the sums kept live; fp32 / int32 lanes.
+template <class Step>
+void ps_chains(long iters, Step step) {
   __m512 acc[16];
   for (int i = 0; i < 16; ++i) acc[i] = _mm512_set1_ps(float(i));
-  const __m512bh a = (__m512bh)_mm512_set1_epi32(0x3f803f80), b = (__m512bh)_mm512_set1_epi32(0x3c003c00);
   for (long it = 0; it < iters; ++it)
-    for (int i = 0; i < 16; ++i) acc[i] = _mm512_dpbf16_ps(acc[i], a, b);
+    for (int i = 0; i < 16; ++i) acc[i] = step(acc[i]);
   __m512 s = acc[0];
   for (int i = 1; i < 16; ++i) s = _mm512_add_ps(s, acc[i]);
   volatile float sink = _mm512_reduce_add_ps(s);
   (void)sink;
+}
+template <class Step>
+void epi32_chains(long iters, Step step) {
+  __m512i acc[16];
+  for (int i = 0; i < 16; ++i) acc[i] = _mm512_set1_epi32(i);
+  for (long it = 0; it < iters; ++it)
+    for (int i = 0; i < 16; ++i) acc[i] = step(acc[i]);
+  __m512i s = acc[0];
+  for (int i = 1; i < 16; ++i) s = _mm512_add_epi32(s, acc[i]);
+  volatile int sink = _mm512_reduce_add_epi32(s);
+  (void)sink;
+}
+
+double bf16_dot_loop(long iters) {
+  const __m512bh a = (__m512bh)_mm512_set1_epi32(0x3f803f80), b = (__m512bh)_mm512_set1_epi32(0x3c003c00);
+  ps_chains(iters, [&](__m512 c) { return _mm512_dpbf16_ps(c, a, b); });
   return double(iters) * 16 * 16 * 2 * 2;  // instructions x lanes x (2 multiply-adds) x 2 flops
 }
 
 double int8_dot_loop(long iters) {
-  __m512i acc[16];
-  for (int i = 0; i < 16; ++i) acc[i] = _mm512_set1_epi32(i);
   const __m512i a = _mm512_set1_epi8(3), b = _mm512_set1_epi8(-2);
-  for (long it = 0; it < iters; ++it)
-    for (int i = 0; i < 16; ++i) acc[i] = _mm512_dpbusd_epi32(acc[i], a, b);
-  __m512i s = acc[0];
-  for (int i = 1; i < 16; ++i) s = _mm512_add_epi32(s, acc[i]);
-  volatile int sink = _mm512_reduce_add_epi32(s);
-  (void)sink;
+  epi32_chains(iters, [&](__m512i c) { return _mm512_dpbusd_epi32(c, a, b); });
   return double(iters) * 16 * 16 * 4 * 2;  // instructions x lanes x (4 multiply-adds) x 2 ops
 }
 
 double int16_dot_loop(long iters) {
-  __m512i acc[16];
-  for (int i = 0; i < 16; ++i) acc[i] = _mm512_set1_epi32(i);
   const __m512i a = _mm512_set1_epi16(3), b = _mm512_set1_epi16(-2);
-  for (long it = 0; it < iters; ++it)
-    for (int i = 0; i < 16; ++i) acc[i] = _mm512_dpwssd_epi32(acc[i], a, b);
-  __m512i s = acc[0];
-  for (int i = 1; i < 16; ++i) s = _mm512_add_epi32(s, acc[i]);
-  volatile int sink = _mm512_reduce_add_epi32(s);
-  (void)sink;
+  epi32_chains(iters, [&](__m512i c) { return _mm512_dpwssd_epi32(c, a, b); });
   return double(iters) * 16 * 16 * 2 * 2;  // instructions x lanes x (2 multiply-adds) x 2 ops
 }
 
 double fma_loop(long iters) {
-  __m512 acc[16];
-  for (int i = 0; i < 16; ++i) acc[i] = _mm512_set1_ps(float(i));
   const __m512 a = _mm512_set1_ps(0.999f), b = _mm512_set1_ps(1e-3f);
-  for (long it = 0; it < iters; ++it)
-    for (int i = 0; i < 16; ++i) acc[i] = _mm512_fmadd_ps(acc[i], a, b);
-  __m512 s = acc[0];
-  for (int i = 1; i < 16; ++i) s = _mm512_add_ps(s, acc[i]);
-  volatile float sink = _mm512_reduce_add_ps(s);
-  (void)sink;
+  ps_chains(iters, [&](__m512 c) { return _mm512_fmadd_ps(c, a, b); });
   return double(iters) * 16 * 16 * 2;  // instructions x lanes x 2 flops
 }
 

@@ -953,6 +953,29 @@ inline void s16_widen4(__m512i d, __m512i tab, __m512i v[4]) {
   }
 }
 
+// The same block of e2m1 codes for T <= 4 as signed words 256 x 2 e2m1 (kFp4S): the 64-entry signed
+// table through `vpermb` (6 index bits; the table repeats every 16), each byte's value moved to or
+// kept in its word's high byte: 7 operations against 9, and no offset, so the flush loses the
+// offset term (a `vpmulld` and a subtraction per panel and token). Each chain's sum is 256 x an
+// integer and is shifted back before the chains are added: 2 kpairs of a block per chain, <= 2 B / 8
+// `vpdpwssd` of 2 products <= 2^15 x 3072 each, < 2^31 for blocks of B <= 32 (act16_block).
+inline __m512i e2m1_signed_table() {
+  alignas(64) static constexpr int8_t kTab[64] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12,
+                                                  0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12,
+                                                  0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12,
+                                                  0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+  return _mm512_load_si512(kTab);
+}
+inline void s16_widen4_fp4s(__m512i d, __m512i stab, __m512i v[4]) {
+  const __m512i mff00 = _mm512_set1_epi16(int16_t(0xFF00));
+  const __m512i lo = _mm512_permutexvar_epi8(d, stab);
+  const __m512i hi = _mm512_permutexvar_epi8(_mm512_srli_epi16(d, 4), stab);
+  v[0] = _mm512_slli_epi16(lo, 8);
+  v[1] = _mm512_slli_epi16(hi, 8);
+  v[2] = _mm512_and_si512(lo, mff00);
+  v[3] = _mm512_and_si512(hi, mff00);
+}
+
 // Panels h0 .. h0 + NP - 1 of job j for T <= 8 tokens into C[t][32]. NA int32 chains per (panel,
 // token): at T <= 4 two (k-pairs 0 / 2 and 1 / 3 of a block: vpdpwssd's latency over one chain would
 // cap it at a fraction of its rate at one token), at 5-8 one (the tokens' chains are enough).
@@ -970,10 +993,11 @@ void s16_panels(const GemmJob& j, int h0, float* C) {
   constexpr bool kFp4 = CK == CodeKind::kFp4;
   const bool e4m3 = w.group > 0 && w.gscale_kind == ScaleKind::kE4M3;
   const float cf = (kFp4 ? 0.5f : 1.f) * (e4m3 ? kE4M3Shift : 1.f);  // e2m1 values doubled; e4m3 scales / 2^8
-  const __m512i tab = e2m1_s16_table();
+  constexpr bool kFp4S = kFp4 && T <= 4;  // signed e2m1 words (s16_widen4_fp4s)
+  const __m512i tab = kFp4S ? e2m1_signed_table() : e2m1_s16_table();
   const int zgk = w.has_zp ? w.zp_group : Kp;
   const bool row_z = !kFp4 && w.has_zp;
-  const int zc = kFp4 ? 12 : (CK == CodeKind::kInt8 && w.s8) ? 0 : w.zsym;  // signed int8: the value itself
+  const int zc = kFp4S ? 0 : kFp4 ? 12 : (CK == CodeKind::kInt8 && w.s8) ? 0 : w.zsym;  // signed int8: the value itself
   // prefetch (prefetcht1): the same line of the job the layer runs next where a job holds <= 128 KiB,
   // else 4 KiB ahead; plus prefetcht0 kNearPf4 bytes ahead (L2 to L1), as the bf16 kernels' 4-bit
   // streams. On the s39 Intel VM against one prefetcht0 at the job distance (the avx2 kernels' form):
@@ -1025,7 +1049,10 @@ void s16_panels(const GemmJob& j, int h0, float* C) {
           for (int h = 0; h < NP; ++h) {
             _mm_prefetch(reinterpret_cast<const char*>(pc[h] + size_t(b) * 64 + pf[h]), _MM_HINT_T1);
             _mm_prefetch(reinterpret_cast<const char*>(pc[h] + size_t(b) * 64 + kNearPf4), _MM_HINT_T0);
-            s16_widen4<kFp4>(_mm512_loadu_si512(pc[h] + size_t(b) * 64), tab, v[h]);
+            if constexpr (kFp4S)
+              s16_widen4_fp4s(_mm512_loadu_si512(pc[h] + size_t(b) * 64), tab, v[h]);
+            else
+              s16_widen4<kFp4>(_mm512_loadu_si512(pc[h] + size_t(b) * 64), tab, v[h]);
           }
           for (int t = 0; t < T; ++t) {
             const int16_t* x = xq[t] + 8 * b;
@@ -1039,8 +1066,14 @@ void s16_panels(const GemmJob& j, int h0, float* C) {
                                 : _mm512_set1_epi32(zc);
         for (int t = 0; t < T; ++t) {
           const __m512 f = _mm512_set1_ps(xs[t][blk] * cf);
-          const __m512i sum = NA == 2 ? _mm512_add_epi32(acc[h][t][0], acc[h][t][NA - 1]) : acc[h][t][0];
-          const __m512i part = _mm512_sub_epi32(sum, _mm512_mullo_epi32(z, _mm512_set1_epi32(xsum[t][blk])));
+          __m512i part;
+          if constexpr (kFp4S) {
+            static_assert(NA == 2, "two chains per (panel, token)");
+            part = _mm512_add_epi32(_mm512_srai_epi32(acc[h][t][0], 8), _mm512_srai_epi32(acc[h][t][1], 8));
+          } else {
+            const __m512i sum = NA == 2 ? _mm512_add_epi32(acc[h][t][0], acc[h][t][NA - 1]) : acc[h][t][0];
+            part = _mm512_sub_epi32(sum, _mm512_mullo_epi32(z, _mm512_set1_epi32(xsum[t][blk])));
+          }
           out[h][t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(part), _mm512_mul_ps(ws[h], f), out[h][t]);
         }
       }

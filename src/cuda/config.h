@@ -363,22 +363,24 @@ inline bool stream_x_evict_last(int hint = -1) { return hint >= 0 ? hint == 1 : 
 //    weights 1.12x, NVFP4A16 / NVFP4 / MXFP4 1.07-1.08x, but W4A8 0.92x (int8 activations, 424 ->
 //    461 us) / 0.94x (fp8, 389 -> 415 us): W4A8 (w4a8 = true) keeps 128-row tiles there).
 //    256-row token tiles where the layer's int4 weights accumulate straight into acc in both GEMMs
-//    (`direct`: channel or folded group scales) and experts hold >= kWq256Rows rows (thirty-eighth
-//    session, H100, forced 256 against 128, int4 g128 folded, best of two: at >= 256 rows per
-//    expert 1.06-1.26x (mixtral-8x7b M = 4096, 1024 rows: 6160 -> 4896 us; M = 1024, 256 rows:
-//    1835 -> 1650; llama4-scout / qwen3-30b-a3b M = 4096, 256 rows: 1.11 / 1.06x), at 128 rows
-//    0.97-1.04x (kept on 128), at 32-64 rows 0.66-0.78x; int4 channel scales alike, 0.95-1.20x).
-//    fp4 units (NVFP4 A16 / W4A4, MXFP4; they always accumulate straight into acc) take 256-row tiles
-//    from kWq256RowsFp4 = 128 rows per expert: their conversion per weight is dearer than int4's, so
-//    halving it per multiply-add pays earlier (thirty-ninth session, H200, forced 256 against 128, two
-//    alternations: at 128 rows per expert (deepseek-v3 / gpt-oss-120b M = 4096) 1.04-1.10x, at 256 rows
-//    1.10-1.17x, at 1024 rows (mixtral-8x7b M = 4096) 1.23-1.28x; at 32-64 rows 0.76-0.87x).
+//    (`direct`: channel or folded group scales), and for fp4 units (NVFP4 A16 / W4A4, MXFP4; they
+//    always accumulate straight into acc), from kWq256Rows = 128 rows per expert: each dequantized
+//    A fragment then feeds 256 token columns, half the conversion per multiply-add, and an expert
+//    with a few rows more than 128 runs one tile instead of two. Measured, forced 256 against 128,
+//    best of two alternations: int4 g128 folded at >= 256 rows per expert 1.06-1.26x (thirty-eighth
+//    session, H100: mixtral-8x7b M = 4096, 1024 rows: 6160 -> 4896 us; M = 1024, 256 rows: 1835 ->
+//    1650; llama4-scout / qwen3-30b-a3b M = 4096, 256 rows: 1.11 / 1.06x), int4 channel scales alike
+//    (0.95-1.20x); int4 at 128 rows on the H100 0.97-1.04x (s38) and 0.98-1.07x (s39), on the H200
+//    1.05 / 1.03x (deepseek-v3 / gpt-oss-120b M = 4096: 8497 -> 8108 us, 2521 -> 2449; forty-first
+//    session), at 32-64 rows 0.43-0.87x; fp4 units on the H200 (thirty-ninth session) at 128 rows
+//    1.04-1.10x, at 256 rows 1.10-1.17x, at 1024 rows (mixtral-8x7b M = 4096) 1.23-1.28x, at 32-64
+//    rows 0.76-0.87x.
 //    wq_tn = 32 / 64 / 128 / 256 forces it (QMOE_CUDA_WQ_TN, measurements; 256 only where direct or on fp4 units).
 //  * INT8 W8A8 (IGMMA on the plain copy; eighteenth session, r3, against the decode / 16-row
 //    mma.sync kernels, whose int8 path is slower than fp8's): from 2 rows per expert, M-blocks as
 //    16-bit / fp8 (deepseek-v3 / gpt-oss-120b M = 64, 2 rows: 1.21 / 1.17x; qwen3-30b-a3b M = 64,
 //    4 rows: 1.19x; M = 256, 16 rows: 1.74x).
-constexpr int64_t kWq256Rows = 192, kWq256RowsFp4 = 128;
+constexpr int64_t kWq256Rows = 128;
 inline Sm90Choice select_sm90(int64_t rows, int num_experts, Sm90Kind kind, int min_rows = 0, int rows64_max = -1,
                               int wq_tn = 0, bool w4a8 = false, bool direct = false) {
   Sm90Choice c;
@@ -399,9 +401,8 @@ inline Sm90Choice select_sm90(int64_t rows, int num_experts, Sm90Kind kind, int 
            : wq_tn == 32 || wq_tn == 64 || wq_tn == 128 ? wq_tn
            : rows <= 24                                    ? 32
            : rows <= 48 || (many_experts64 && !w4a8)       ? 64
-           : wide && rows >= kWq256Rows                    ? 256
-           : kind == Sm90Kind::kFp4 && rows >= kWq256RowsFp4 ? 256
-                                                           : 128;
+           : (wide || kind == Sm90Kind::kFp4) && rows >= kWq256Rows ? 256
+                                                                    : 128;
   }
   return c;
 }

@@ -601,8 +601,9 @@ TEST(CudaSm90, DirectARowsMatchGather) {
 // M-block is a tail of <= 64 live rows; 256-512 tiles per GEMM), an expert with no tokens, expert
 // parallelism, on 16-bit, fp8 per channel, fp8 1x128 blocks (with biases) and INT8 weights (the
 // tile kernel) and int4 / int8 groups, int4 channels, W4A8 fp8 (QGMMA), NVFP4 A16 / W4A4 and MXFP4
-// with biases (the wq kernel's 128-row token tiles, one CTA per SM; the fp4 units also on the 256-row
-// tiles their rule takes at 128 rows per expert, config.h kWq256RowsFp4).
+// with biases (the wq kernel's 128-row token tiles, one CTA per SM; the fp4 units and the int4 layers
+// that accumulate straight into acc (channel or folded group scales) also on the 256-row tiles their
+// rule takes at 128 rows per expert, config.h kWq256Rows).
 TEST(CudaSm90, PersistentTileKernelMatchesOneCtaPerTile) {
   SKIP_WITHOUT_GPU();
   SKIP_WITHOUT_SM90();
@@ -630,7 +631,8 @@ TEST(CudaSm90, PersistentTileKernelMatchesOneCtaPerTile) {
     std::optional<ExpertWeights> rounded;
     const bool fp4 = c.spec.kind == SchemeKind::kNVFP4A16 || c.spec.kind == SchemeKind::kNVFP4 ||
                      c.spec.kind == SchemeKind::kMXFP4A16;
-    for (const char* tn : fp4 ? std::vector<const char*>{"128", ""} : std::vector<const char*>{""})
+    const bool int4 = c.spec.kind == SchemeKind::kWNA16 && c.spec.bits == 4;
+    for (const char* tn : fp4 || int4 ? std::vector<const char*>{"128", ""} : std::vector<const char*>{""})
     for (int mode : {0, 2}) {  // 2: expert 3 gets no token
       for (bool ep : {false, true}) {
         if (ep && mode == 2) continue;
@@ -648,8 +650,10 @@ TEST(CudaSm90, PersistentTileKernelMatchesOneCtaPerTile) {
         if (*tn) tn_env.set("QMOE_CUDA_WQ_TN", tn);
         const std::string kern = cuda::forward_kernels(ex, m, k);
         // 128-row tiles (no M-block size after the kernel's name): one CTA per SM for the wq kernel;
-        // fp4 units by their rule: 256-row tiles
-        const char* want = fp4 && !*tn ? "gemm1=sm90-wgmma256 gemm2=sm90-wgmma256" : "gemm1=sm90-wgmma gemm2=sm90-wgmma";
+        // by their rule 256-row tiles for fp4 units and for int4 with channel or folded group scales
+        const bool int4_direct = int4 && (c.spec.group_size == 0 || kern.find(" fold") != std::string::npos);
+        const char* want = !*tn && (fp4 || int4_direct) ? "gemm1=sm90-wgmma256 gemm2=sm90-wgmma256"
+                                                        : "gemm1=sm90-wgmma gemm2=sm90-wgmma";
         ASSERT_NE(kern.find(want), std::string::npos) << c.name << " ran " << kern;
         if (c.spec.kind == SchemeKind::kW4A8FP8) ASSERT_NE(kern.find(" q8"), std::string::npos) << kern;
         const std::string what = str(c.name, " mode ", mode, ep ? " EP" : "", " M=", m, *tn ? " tn 128" : "", " (", kern, ")");

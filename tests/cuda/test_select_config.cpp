@@ -342,9 +342,8 @@ TEST(SelectSm90, RowsPerExpertThresholds) {
   EXPECT_EQ(select_sm90(48, 128, Sm90Kind::kWq, 0, -1, 0, true).bm, 64);
   EXPECT_EQ(select_sm90(24, 128, Sm90Kind::kWq, 0, -1, 0, true).bm, 32);
   EXPECT_EQ(select_sm90(64, 128, Sm90Kind::kWq, 0, -1, 64, true).bm, 64);  // forced
-  // 256-row token tiles: int4 accumulating straight into acc in both GEMMs (direct) with >= kWq256Rows
-  // rows per expert, fp4 units with >= kWq256RowsFp4; never for the promoting kernels or W4A8, even
-  // when forced
+  // 256-row token tiles: int4 accumulating straight into acc in both GEMMs (direct) and fp4 units, with
+  // >= kWq256Rows rows per expert; never for the promoting kernels or W4A8, even when forced
   auto wq = [](int64_t rows, int E, Sm90Kind k, bool direct, int tn = 0) {
     return select_sm90(rows, E, k, 0, -1, tn, false, direct).bm;
   };
@@ -352,9 +351,11 @@ TEST(SelectSm90, RowsPerExpertThresholds) {
   EXPECT_EQ(wq(kWq256Rows - 1, 8, Sm90Kind::kWq, true), 128);
   EXPECT_EQ(wq(1024, 8, Sm90Kind::kWq, false), 128);
   EXPECT_EQ(wq(1024, 8, Sm90Kind::kFp4, true), 256);
-  EXPECT_EQ(wq(kWq256RowsFp4, 256, Sm90Kind::kFp4, false), 256);  // deepseek-v3 M = 4096
-  EXPECT_EQ(wq(kWq256RowsFp4 - 1, 8, Sm90Kind::kFp4, false), 128);
-  EXPECT_EQ(wq(kWq256RowsFp4, 8, Sm90Kind::kWq, true), 128);  // int4 from kWq256Rows
+  EXPECT_EQ(kWq256Rows, 128);
+  EXPECT_EQ(wq(kWq256Rows, 256, Sm90Kind::kFp4, false), 256);  // deepseek-v3 M = 4096
+  EXPECT_EQ(wq(kWq256Rows, 256, Sm90Kind::kWq, true), 256);
+  EXPECT_EQ(wq(kWq256Rows - 1, 8, Sm90Kind::kFp4, false), 128);
+  EXPECT_EQ(wq(kWq256Rows, 8, Sm90Kind::kWq, false), 128);  // promoting int4 (not direct)
   EXPECT_EQ(wq(1024, 8, Sm90Kind::kFp4, false, 128), 128);     // forced
   EXPECT_EQ(wq(1024, 8, Sm90Kind::kPlain, true), 128);
   EXPECT_EQ(wq(64, 8, Sm90Kind::kWq, true, 256), 256);   // forced

@@ -953,12 +953,13 @@ inline void s16_widen4(__m512i d, __m512i tab, __m512i v[4]) {
   }
 }
 
-// The same block of e2m1 codes for T <= 4 as signed words 256 x 2 e2m1 (kFp4S): the 64-entry signed
-// table through `vpermb` (6 index bits; the table repeats every 16), each byte's value moved to or
-// kept in its word's high byte: 7 operations against 9, and no offset, so the flush loses the
+// The same block of e2m1 codes as signed words 256 x 2 e2m1 (s16_panels' kSigned): the 64-entry
+// signed table through `vpermb` (6 index bits; the table repeats every 16), each byte's value moved to
+// or kept in its word's high byte: 7 operations against 9, and no offset, so the flush loses the
 // offset term (a `vpmulld` and a subtraction per panel and token). Each chain's sum is 256 x an
-// integer and is shifted back before the chains are added: 2 kpairs of a block per chain, <= 2 B / 8
-// `vpdpwssd` of 2 products <= 2^15 x 3072 each, < 2^31 for blocks of B <= 32 (act16_block).
+// integer and is shifted back before the chains are added. Range: products <= 2^15 x 3072, 2 per
+// `vpdpwssd`; two chains (T <= 4) take 2 B / 8 of them per block, < 2^31 for B <= 32 (act16_block's
+// blocks), one chain (T 5-8) 4 B / 8, < 2^31 for B <= 16 only (s16_signed_ok).
 inline __m512i e2m1_signed_table() {
   alignas(64) static constexpr int8_t kTab[64] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12,
                                                   0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12,
@@ -966,6 +967,7 @@ inline __m512i e2m1_signed_table() {
                                                   0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
   return _mm512_load_si512(kTab);
 }
+constexpr bool s16_signed_ok(int T, int B) { return T <= 4 ? B <= 32 : B <= 16; }
 inline void s16_widen4_fp4s(__m512i d, __m512i stab, __m512i v[4]) {
   const __m512i mff00 = _mm512_set1_epi16(int16_t(0xFF00));
   const __m512i lo = _mm512_permutexvar_epi8(d, stab);
@@ -979,7 +981,7 @@ inline void s16_widen4_fp4s(__m512i d, __m512i stab, __m512i v[4]) {
 // Panels h0 .. h0 + NP - 1 of job j for T <= 8 tokens into C[t][32]. NA int32 chains per (panel,
 // token): at T <= 4 two (k-pairs 0 / 2 and 1 / 3 of a block: vpdpwssd's latency over one chain would
 // cap it at a fraction of its rate at one token), at 5-8 one (the tokens' chains are enough).
-template <CodeKind CK, int T, int NP>
+template <CodeKind CK, int T, int NP, bool kSigned = false>
 void s16_panels(const GemmJob& j, int h0, float* C) {
   const PackedProj& w = *j.w;
   const ActBuf& a = *j.a;
@@ -993,7 +995,8 @@ void s16_panels(const GemmJob& j, int h0, float* C) {
   constexpr bool kFp4 = CK == CodeKind::kFp4;
   const bool e4m3 = w.group > 0 && w.gscale_kind == ScaleKind::kE4M3;
   const float cf = (kFp4 ? 0.5f : 1.f) * (e4m3 ? kE4M3Shift : 1.f);  // e2m1 values doubled; e4m3 scales / 2^8
-  constexpr bool kFp4S = kFp4 && T <= 4;  // signed e2m1 words (s16_widen4_fp4s)
+  constexpr bool kFp4S = kSigned;  // signed e2m1 words (s16_widen4_fp4s; s16_job checks s16_signed_ok)
+  static_assert(!kSigned || kFp4, "signed words are e2m1's");
   const __m512i tab = kFp4S ? e2m1_signed_table() : e2m1_s16_table();
   const int zgk = w.has_zp ? w.zp_group : Kp;
   const bool row_z = !kFp4 && w.has_zp;
@@ -1068,8 +1071,8 @@ void s16_panels(const GemmJob& j, int h0, float* C) {
           const __m512 f = _mm512_set1_ps(xs[t][blk] * cf);
           __m512i part;
           if constexpr (kFp4S) {
-            static_assert(NA == 2, "two chains per (panel, token)");
-            part = _mm512_add_epi32(_mm512_srai_epi32(acc[h][t][0], 8), _mm512_srai_epi32(acc[h][t][1], 8));
+            part = _mm512_srai_epi32(acc[h][t][0], 8);
+            if constexpr (NA == 2) part = _mm512_add_epi32(part, _mm512_srai_epi32(acc[h][t][1], 8));
           } else {
             const __m512i sum = NA == 2 ? _mm512_add_epi32(acc[h][t][0], acc[h][t][NA - 1]) : acc[h][t][0];
             part = _mm512_sub_epi32(sum, _mm512_mullo_epi32(z, _mm512_set1_epi32(xsum[t][blk])));
@@ -1083,15 +1086,23 @@ void s16_panels(const GemmJob& j, int h0, float* C) {
     for (int h = 0; h < NP; ++h) _mm512_storeu_ps(C + size_t(t) * kJobRows + (h0 + h) * kPanelRows, out[h][t]);
 }
 
-// T <= 2 streams both panels at once (more independent chains), 3-8 one panel after the other.
+// T <= 2 streams both panels at once (more independent chains), 3-8 one panel after the other; e2m1
+// codes as signed words where their chains hold the sums (s16_signed_ok).
+template <CodeKind CK, int T, bool kSigned = false>
+void s16_job_as(const GemmJob& j, float* C) {
+  if constexpr (T <= 2) {
+    s16_panels<CK, T, 2, kSigned>(j, 0, C);
+  } else {
+    s16_panels<CK, T, 1, kSigned>(j, 0, C);
+    s16_panels<CK, T, 1, kSigned>(j, 1, C);
+  }
+}
 template <CodeKind CK, int T>
 void s16_job(const GemmJob& j, float* C) {
-  if constexpr (T <= 2) {
-    s16_panels<CK, T, 2>(j, 0, C);
-  } else {
-    s16_panels<CK, T, 1>(j, 0, C);
-    s16_panels<CK, T, 1>(j, 1, C);
-  }
+  if (CK == CodeKind::kFp4 && s16_signed_ok(T, j.a->group))
+    s16_job_as<CK, T, CK == CodeKind::kFp4>(j, C);
+  else
+    s16_job_as<CK, T>(j, C);
 }
 template <CodeKind CK>
 void s16_t(const GemmJob& j, float* C) {

@@ -995,12 +995,11 @@ void s16_panels(const GemmJob& j, int h0, float* C) {
   constexpr bool kFp4 = CK == CodeKind::kFp4;
   const bool e4m3 = w.group > 0 && w.gscale_kind == ScaleKind::kE4M3;
   const float cf = (kFp4 ? 0.5f : 1.f) * (e4m3 ? kE4M3Shift : 1.f);  // e2m1 values doubled; e4m3 scales / 2^8
-  constexpr bool kFp4S = kSigned;  // signed e2m1 words (s16_widen4_fp4s; s16_job checks s16_signed_ok)
-  static_assert(!kSigned || kFp4, "signed words are e2m1's");
-  const __m512i tab = kFp4S ? e2m1_signed_table() : e2m1_s16_table();
+  static_assert(!kSigned || kFp4, "signed words are e2m1's (s16_widen4_fp4s; s16_job checks s16_signed_ok)");
+  const __m512i tab = kSigned ? e2m1_signed_table() : e2m1_s16_table();
   const int zgk = w.has_zp ? w.zp_group : Kp;
   const bool row_z = !kFp4 && w.has_zp;
-  const int zc = kFp4S ? 0 : kFp4 ? 12 : (CK == CodeKind::kInt8 && w.s8) ? 0 : w.zsym;  // signed int8: the value itself
+  const int zc = kSigned ? 0 : kFp4 ? 12 : (CK == CodeKind::kInt8 && w.s8) ? 0 : w.zsym;  // signed int8: the value itself
   // prefetch (prefetcht1): the same line of the job the layer runs next where a job holds <= 128 KiB,
   // else 4 KiB ahead; plus prefetcht0 kNearPf4 bytes ahead (L2 to L1), as the bf16 kernels' 4-bit
   // streams. On the s39 Intel VM against one prefetcht0 at the job distance (the avx2 kernels' form):
@@ -1052,7 +1051,7 @@ void s16_panels(const GemmJob& j, int h0, float* C) {
           for (int h = 0; h < NP; ++h) {
             _mm_prefetch(reinterpret_cast<const char*>(pc[h] + size_t(b) * 64 + pf[h]), _MM_HINT_T1);
             _mm_prefetch(reinterpret_cast<const char*>(pc[h] + size_t(b) * 64 + kNearPf4), _MM_HINT_T0);
-            if constexpr (kFp4S)
+            if constexpr (kSigned)
               s16_widen4_fp4s(_mm512_loadu_si512(pc[h] + size_t(b) * 64), tab, v[h]);
             else
               s16_widen4<kFp4>(_mm512_loadu_si512(pc[h] + size_t(b) * 64), tab, v[h]);
@@ -1070,7 +1069,7 @@ void s16_panels(const GemmJob& j, int h0, float* C) {
         for (int t = 0; t < T; ++t) {
           const __m512 f = _mm512_set1_ps(xs[t][blk] * cf);
           __m512i part;
-          if constexpr (kFp4S) {
+          if constexpr (kSigned) {
             part = _mm512_srai_epi32(acc[h][t][0], 8);
             if constexpr (NA == 2) part = _mm512_add_epi32(part, _mm512_srai_epi32(acc[h][t][1], 8));
           } else {
@@ -1099,10 +1098,10 @@ void s16_job_as(const GemmJob& j, float* C) {
 }
 template <CodeKind CK, int T>
 void s16_job(const GemmJob& j, float* C) {
-  if (CK == CodeKind::kFp4 && s16_signed_ok(T, j.a->group))
-    s16_job_as<CK, T, CK == CodeKind::kFp4>(j, C);
-  else
-    s16_job_as<CK, T>(j, C);
+  if constexpr (CK == CodeKind::kFp4) {
+    if (s16_signed_ok(T, j.a->group)) return s16_job_as<CK, T, true>(j, C);
+  }
+  s16_job_as<CK, T>(j, C);
 }
 template <CodeKind CK>
 void s16_t(const GemmJob& j, float* C) {

@@ -94,7 +94,11 @@ inline PanelPtrs panel_ptrs(const PackedProj& w, const GemmJob& j, int half) {
 // group, where a segment holds only K padding, zero weights). e4m3_fp16: e4m3 scales (validated
 // finite and > 0) as the fp16 value 2^-8 x theirs, the code in a word's high byte shifted down one.
 // sb: scale_kind_bytes(w.gscale_kind), hoisted by the caller (an out-of-line call here, once per group,
-// made the compiler save every live vector register around it).
+// made the compiler save every live vector register around it). SK: the scale kind where the caller
+// fixes it at compile time (scales8's switch then folds away), kAnyScale: w.gscale_kind's, a switch per
+// group and half.
+constexpr ScaleKind kAnyScale = static_cast<ScaleKind>(0xFF);
+template <ScaleKind SK = kAnyScale>
 inline void segment_scales(const PackedProj& w, const uint8_t* gs, size_t sb, int g, bool e4m3_fp16, __m256 (&ws)[2]) {
   ws[0] = ws[1] = _mm256_set1_ps(1.f);
   if (!gs) return;
@@ -106,7 +110,8 @@ inline void segment_scales(const PackedProj& w, const uint8_t* gs, size_t sb, in
     ws[1] = _mm256_cvtph_ps(_mm_srli_epi16(_mm_unpackhi_epi8(_mm_setzero_si128(), b), 1));
   } else {
     const uint8_t* sp = gs + size_t(g) * kPanelRows * sb;
-    for (int h = 0; h < 2; ++h) ws[h] = scales8(w.gscale_kind, sp, h);
+    const ScaleKind k = SK == kAnyScale ? w.gscale_kind : SK;
+    for (int h = 0; h < 2; ++h) ws[h] = scales8(k, sp, h);
   }
 }
 
@@ -347,7 +352,7 @@ void fused(const GemmJob& j, int seg, float* C) {
 // `vpmaddwd` (pairs summed exactly in int32), summed in int32 over the segment; the zero point comes
 // off per segment through the token's sum over it, sum a (u - z) = sum a u - z sum a, all exact in
 // int32 as the contract's "part" (numerics.md "Products"), then float(part) x the segment's scales.
-template <CodeKind CK, int T>
+template <CodeKind CK, int T, ScaleKind SK>
 void fused_s8(const GemmJob& j, int seg, float* C) {
   const PackedProj& w = *j.w;
   const size_t sb = scale_kind_bytes(w.gscale_kind);
@@ -408,7 +413,7 @@ void fused_s8(const GemmJob& j, int seg, float* C) {
       }
       const int g = k0 / seg;
       __m256 ws[2];
-      segment_scales(w, gs, sb, g, false, ws);
+      segment_scales<SK>(w, gs, sb, g, false, ws);
       __m256i z[2];
       for (int h = 0; h < 2; ++h) {
         if (w.has_zp) {
@@ -443,7 +448,7 @@ void fused_s8(const GemmJob& j, int seg, float* C) {
 // multiply-add and an add (the fp32 kernel above: 6 operations and 2 FMAs); e2m1 2.25 + 2 (10 + 2).
 // Where the block's exponents span <= 7 the codes are the bf16 values exactly (docs/numerics.md
 // "Products"). e4m3 block scales (NVFP4, validated finite and > 0) as the fp16 value 2^-8 x theirs.
-template <CodeKind CK, int T>
+template <CodeKind CK, int T, ScaleKind SK>
 void fused_s16(const GemmJob& j, float* C) {
   const PackedProj& w = *j.w;
   const size_t sb = scale_kind_bytes(w.gscale_kind);
@@ -461,7 +466,7 @@ void fused_s16(const GemmJob& j, float* C) {
     return _mm256_set1_epi32(v);
   };
   constexpr bool kFp4 = CK == CodeKind::kFp4;
-  const bool e4m3_fp16 = w.gscale_kind == ScaleKind::kE4M3;
+  const bool e4m3_fp16 = (SK == kAnyScale ? w.gscale_kind : SK) == ScaleKind::kE4M3;
   // e2m1 values doubled (v = 2 e2m1 + 12 holds 2 e2m1); e4m3 scales as 2^-8 x theirs
   const float cf = (kFp4 ? 0.5f : 1.f) * (e4m3_fp16 ? 256.f : 1.f);
   const __m256i tab = _mm256_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0,
@@ -477,7 +482,7 @@ void fused_s16(const GemmJob& j, float* C) {
     for (int k0 = 0, g = 0; k0 < Kp; k0 += seg, ++g) {
       const int k1 = std::min(Kp, k0 + seg);
       __m256 ws[2];
-      segment_scales(w, gs, sb, g, e4m3_fp16, ws);
+      segment_scales<SK>(w, gs, sb, g, e4m3_fp16, ws);
       for (int kb = k0; kb < k1; kb += B, ++blk) {
         const int kb1 = std::min(k1, kb + B);
         __m256i acc[T][2];
@@ -551,24 +556,43 @@ void fused_s16(const GemmJob& j, float* C) {
   }
 }
 
-template <CodeKind CK>
-void fused_s16_t(const GemmJob& j, float* C) {
-  switch (j.nrows) {
-    case 1: fused_s16<CK, 1>(j, C); break;
-    case 2: fused_s16<CK, 2>(j, C); break;
-    case 3: fused_s16<CK, 3>(j, C); break;
-    default: fused_s16<CK, 4>(j, C); break;
+// f.template operator()<SK>() with the weights' group scale kind as SK (kAnyScale without group
+// scales): the kernels' segment_scales<SK> then have no switch per group, which cost int4-g32 at one
+// token 1.13-1.27x, e2m1 1.22-1.29x (warm, one thread, Zen 3; docs/perf.md, forty-second session).
+template <class F>
+void with_scale_kind(const PackedProj& w, F&& f) {
+  switch (w.group > 0 ? w.gscale_kind : kAnyScale) {
+    case ScaleKind::kBF16: return f.template operator()<ScaleKind::kBF16>();
+    case ScaleKind::kF16: return f.template operator()<ScaleKind::kF16>();
+    case ScaleKind::kF32: return f.template operator()<ScaleKind::kF32>();
+    case ScaleKind::kE4M3: return f.template operator()<ScaleKind::kE4M3>();
+    case ScaleKind::kE8M0: return f.template operator()<ScaleKind::kE8M0>();
+    default: return f.template operator()<kAnyScale>();
   }
 }
 
 template <CodeKind CK>
+void fused_s16_t(const GemmJob& j, float* C) {
+  with_scale_kind(*j.w, [&]<ScaleKind SK>() {
+    switch (j.nrows) {
+      case 1: fused_s16<CK, 1, SK>(j, C); break;
+      case 2: fused_s16<CK, 2, SK>(j, C); break;
+      case 3: fused_s16<CK, 3, SK>(j, C); break;
+      default: fused_s16<CK, 4, SK>(j, C); break;
+    }
+  });
+}
+
+template <CodeKind CK>
 void fused_s8_t(const GemmJob& j, int seg, float* C) {
-  switch (j.nrows) {
-    case 1: fused_s8<CK, 1>(j, seg, C); break;
-    case 2: fused_s8<CK, 2>(j, seg, C); break;
-    case 3: fused_s8<CK, 3>(j, seg, C); break;
-    default: fused_s8<CK, 4>(j, seg, C); break;
-  }
+  with_scale_kind(*j.w, [&]<ScaleKind SK>() {
+    switch (j.nrows) {
+      case 1: fused_s8<CK, 1, SK>(j, seg, C); break;
+      case 2: fused_s8<CK, 2, SK>(j, seg, C); break;
+      case 3: fused_s8<CK, 3, SK>(j, seg, C); break;
+      default: fused_s8<CK, 4, SK>(j, seg, C); break;
+    }
+  });
 }
 
 template <CodeKind CK, bool OFF = false>

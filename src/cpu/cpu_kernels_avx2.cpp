@@ -98,7 +98,7 @@ inline PanelPtrs panel_ptrs(const PackedProj& w, const GemmJob& j, int half) {
 // fixes it at compile time (scales8's switch then folds away), kAnyScale: w.gscale_kind's, a switch per
 // group and half.
 constexpr ScaleKind kAnyScale = static_cast<ScaleKind>(0xFF);
-template <ScaleKind SK = kAnyScale>
+template <ScaleKind SK>
 inline void segment_scales(const PackedProj& w, const uint8_t* gs, size_t sb, int g, bool e4m3_fp16, __m256 (&ws)[2]) {
   ws[0] = ws[1] = _mm256_set1_ps(1.f);
   if (!gs) return;
@@ -132,7 +132,7 @@ inline void segment_scales(const PackedProj& w, const uint8_t* gs, size_t sb, in
 // lanes hold (row, k parity) pairs, the token's (x_k, x_k+1) broadcast as one 64-bit pair, and the
 // segment's sums meet by hadd; 2^8 comes back with the scales (exact). 9 operations per 16 codes
 // instead of 2 x e4m3x8's ~20.
-template <CodeKind CK, int T, bool OFF = false>
+template <CodeKind CK, int T, bool OFF, ScaleKind SK>
 void fused(const GemmJob& j, int seg, float* C) {
   const PackedProj& w = *j.w;
   const size_t sb = scale_kind_bytes(w.gscale_kind);
@@ -330,7 +330,7 @@ void fused(const GemmJob& j, int seg, float* C) {
       // zero weights: no scale to read) x the token's activation group scale
       const int g = k0 / seg;
       __m256 ws[2];
-      segment_scales(w, gs, sb, g, false, ws);
+      segment_scales<SK>(w, gs, sb, g, false, ws);
       for (int t = 0; t < T; ++t) {
         const float tg = a.group_scale.empty() ? 1.f : a.group_scale[size_t(j.row0 + t) * a.num_groups + g];
         for (int h = 0; h < 2; ++h) {
@@ -556,24 +556,28 @@ void fused_s16(const GemmJob& j, float* C) {
   }
 }
 
-// f.template operator()<SK>() with the weights' group scale kind as SK (kAnyScale without group
-// scales): the kernels' segment_scales<SK> then have no switch per group, which cost int4-g32 at one
-// token 1.13-1.27x, e2m1 1.22-1.29x (warm, one thread, Zen 3; docs/perf.md, forty-second session).
-template <class F>
+
+// f.template operator()<SK>() with the weights' group scale kind as SK where it is one of the kinds
+// code kind CK's checkpoints use (int codes: bf16 / fp16 / fp32; fp8: fp32 blocks; e2m1: e4m3 / e8m0),
+// else (and without group scales) kAnyScale: the kernels' segment_scales<SK> then have no switch per
+// group, which cost int4-g32 at one token 1.27x and e2m1 1.22-1.29x (warm, one thread, Zen 3;
+// docs/perf.md, forty-second session).
+template <ScaleKind... Ks, class F>
+void with_scale_kind_in(ScaleKind k, F& f) {
+  if (!((k == Ks && (f.template operator()<Ks>(), true)) || ...)) f.template operator()<kAnyScale>();
+}
+template <CodeKind CK, class F>
 void with_scale_kind(const PackedProj& w, F&& f) {
-  switch (w.group > 0 ? w.gscale_kind : kAnyScale) {
-    case ScaleKind::kBF16: return f.template operator()<ScaleKind::kBF16>();
-    case ScaleKind::kF16: return f.template operator()<ScaleKind::kF16>();
-    case ScaleKind::kF32: return f.template operator()<ScaleKind::kF32>();
-    case ScaleKind::kE4M3: return f.template operator()<ScaleKind::kE4M3>();
-    case ScaleKind::kE8M0: return f.template operator()<ScaleKind::kE8M0>();
-    default: return f.template operator()<kAnyScale>();
-  }
+  const ScaleKind k = w.group > 0 ? w.gscale_kind : kAnyScale;
+  if constexpr (CK == CodeKind::kFp4) with_scale_kind_in<ScaleKind::kE4M3, ScaleKind::kE8M0>(k, f);
+  else if constexpr (CK == CodeKind::kFp8) with_scale_kind_in<ScaleKind::kF32>(k, f);
+  else if constexpr (CK == CodeKind::kBF16) f.template operator()<kAnyScale>();
+  else with_scale_kind_in<ScaleKind::kBF16, ScaleKind::kF16, ScaleKind::kF32>(k, f);
 }
 
 template <CodeKind CK>
 void fused_s16_t(const GemmJob& j, float* C) {
-  with_scale_kind(*j.w, [&]<ScaleKind SK>() {
+  with_scale_kind<CK>(*j.w, [&]<ScaleKind SK>() {
     switch (j.nrows) {
       case 1: fused_s16<CK, 1, SK>(j, C); break;
       case 2: fused_s16<CK, 2, SK>(j, C); break;
@@ -585,7 +589,7 @@ void fused_s16_t(const GemmJob& j, float* C) {
 
 template <CodeKind CK>
 void fused_s8_t(const GemmJob& j, int seg, float* C) {
-  with_scale_kind(*j.w, [&]<ScaleKind SK>() {
+  with_scale_kind<CK>(*j.w, [&]<ScaleKind SK>() {
     switch (j.nrows) {
       case 1: fused_s8<CK, 1, SK>(j, seg, C); break;
       case 2: fused_s8<CK, 2, SK>(j, seg, C); break;
@@ -597,12 +601,14 @@ void fused_s8_t(const GemmJob& j, int seg, float* C) {
 
 template <CodeKind CK, bool OFF = false>
 void fused_t(const GemmJob& j, int seg, float* C) {
-  switch (j.nrows) {
-    case 1: fused<CK, 1, OFF>(j, seg, C); break;
-    case 2: fused<CK, 2, OFF>(j, seg, C); break;
-    case 3: fused<CK, 3, OFF>(j, seg, C); break;
-    default: fused<CK, 4, OFF>(j, seg, C); break;
-  }
+  with_scale_kind<CK>(*j.w, [&]<ScaleKind SK>() {
+    switch (j.nrows) {
+      case 1: fused<CK, 1, OFF, SK>(j, seg, C); break;
+      case 2: fused<CK, 2, OFF, SK>(j, seg, C); break;
+      case 3: fused<CK, 3, OFF, SK>(j, seg, C); break;
+      default: fused<CK, 4, OFF, SK>(j, seg, C); break;
+    }
+  });
 }
 
 // The fused kernel where it applies (bf16 / int8 / fp8 / int4 / e2m1 codes, no g_idx, 16-bit / fp32

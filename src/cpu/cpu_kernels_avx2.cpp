@@ -556,7 +556,6 @@ void fused_s16(const GemmJob& j, float* C) {
   }
 }
 
-
 // f.template operator()<SK>() with the weights' group scale kind as SK where it is one of the kinds
 // code kind CK's checkpoints use (int codes: bf16 / fp16 / fp32; fp8: fp32 blocks; e2m1: e4m3 / e8m0),
 // else (and without group scales) kAnyScale: the kernels' segment_scales<SK> then have no switch per

@@ -99,6 +99,8 @@ inline PanelPtrs panel_ptrs(const PackedProj& w, const GemmJob& j, int half) {
 // group and half.
 constexpr ScaleKind kAnyScale = static_cast<ScaleKind>(0xFF);
 template <ScaleKind SK>
+constexpr ScaleKind scale_kind(const PackedProj& w) { return SK == kAnyScale ? w.gscale_kind : SK; }
+template <ScaleKind SK>
 inline void segment_scales(const PackedProj& w, const uint8_t* gs, size_t sb, int g, bool e4m3_fp16, __m256 (&ws)[2]) {
   ws[0] = ws[1] = _mm256_set1_ps(1.f);
   if (!gs) return;
@@ -110,8 +112,7 @@ inline void segment_scales(const PackedProj& w, const uint8_t* gs, size_t sb, in
     ws[1] = _mm256_cvtph_ps(_mm_srli_epi16(_mm_unpackhi_epi8(_mm_setzero_si128(), b), 1));
   } else {
     const uint8_t* sp = gs + size_t(g) * kPanelRows * sb;
-    const ScaleKind k = SK == kAnyScale ? w.gscale_kind : SK;
-    for (int h = 0; h < 2; ++h) ws[h] = scales8(k, sp, h);
+    for (int h = 0; h < 2; ++h) ws[h] = scales8(scale_kind<SK>(w), sp, h);
   }
 }
 
@@ -466,7 +467,7 @@ void fused_s16(const GemmJob& j, float* C) {
     return _mm256_set1_epi32(v);
   };
   constexpr bool kFp4 = CK == CodeKind::kFp4;
-  const bool e4m3_fp16 = (SK == kAnyScale ? w.gscale_kind : SK) == ScaleKind::kE4M3;
+  const bool e4m3_fp16 = scale_kind<SK>(w) == ScaleKind::kE4M3;
   // e2m1 values doubled (v = 2 e2m1 + 12 holds 2 e2m1); e4m3 scales as 2^-8 x theirs
   const float cf = (kFp4 ? 0.5f : 1.f) * (e4m3_fp16 ? 256.f : 1.f);
   const __m256i tab = _mm256_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0,

@@ -449,8 +449,14 @@ void fused_s8(const GemmJob& j, int seg, float* C) {
 // multiply-add and an add (the fp32 kernel above: 6 operations and 2 FMAs); e2m1 2.25 + 2 (10 + 2).
 // Where the block's exponents span <= 7 the codes are the bf16 values exactly (docs/numerics.md
 // "Products"). e4m3 block scales (NVFP4, validated finite and > 0) as the fp16 value 2^-8 x theirs.
+// One token (T = 1) takes both 16-row panels of the job in one pass over K: the token's four
+// activation pairs per 8 columns are broadcast once for 32 rows, and the per-block bookkeeping runs
+// once per 32 rows (four int32 sums in registers; with more tokens the sums fill them, one panel per
+// pass).
 template <CodeKind CK, int T, ScaleKind SK>
 void fused_s16(const GemmJob& j, float* C) {
+  constexpr int HP = T == 1 ? 2 : 1;  // panels per pass
+  constexpr int NH = 2 * HP;          // 8-row vectors per pass
   const PackedProj& w = *j.w;
   const size_t sb = scale_kind_bytes(w.gscale_kind);
   const ActBuf& a = *j.a;
@@ -474,83 +480,113 @@ void fused_s16(const GemmJob& j, float* C) {
                                        12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0);
   const __m256i m000f = _mm256_set1_epi16(0x000F), m0f0f = _mm256_set1_epi16(0x0F0F), m00ff = _mm256_set1_epi16(0x00FF);
   const int zgk = w.has_zp ? w.zp_group : Kp;
-  for (int half = 0; half < 2; ++half) {
-    const auto [pc, zp, gs] = panel_ptrs(w, j, half);
-    const ptrdiff_t pf = prefetch_ahead(w, j, half, pc);  // one line per 64 bytes of codes
-    __m256 out[T][2];
-    for (int t = 0; t < T; ++t) out[t][0] = out[t][1] = _mm256_setzero_ps();
+  const bool row_z = !kFp4 && w.has_zp;
+  const int zc = kFp4 ? 12 : (CK == CodeKind::kInt8 && w.s8) ? 0 : w.zsym;  // signed int8: the value itself
+  for (int half0 = 0; half0 < 2; half0 += HP) {
+    PanelPtrs pp[HP];
+    ptrdiff_t pf[HP];
+    for (int hp = 0; hp < HP; ++hp) {
+      pp[hp] = panel_ptrs(w, j, half0 + hp);
+      pf[hp] = prefetch_ahead(w, j, half0 + hp, pp[hp].pc);  // one line per 64 bytes of codes
+    }
+    __m256 out[T][NH];
+    for (int t = 0; t < T; ++t)
+      for (int h = 0; h < NH; ++h) out[t][h] = _mm256_setzero_ps();
     int blk = 0;  // kb / B (divisions by run-time values cost ~10-40 cycles each: counters)
     for (int k0 = 0, g = 0; k0 < Kp; k0 += seg, ++g) {
       const int k1 = std::min(Kp, k0 + seg);
-      __m256 ws[2];
-      segment_scales<SK>(w, gs, sb, g, e4m3_fp16, ws);
+      __m256 ws[NH];
+      for (int hp = 0; hp < HP; ++hp) {
+        __m256 w2[2];
+        segment_scales<SK>(w, pp[hp].gs, sb, g, e4m3_fp16, w2);
+        ws[2 * hp] = w2[0], ws[2 * hp + 1] = w2[1];
+      }
       for (int kb = k0; kb < k1; kb += B, ++blk) {
         const int kb1 = std::min(k1, kb + B);
-        __m256i acc[T][2];
-        for (int t = 0; t < T; ++t) acc[t][0] = acc[t][1] = _mm256_setzero_si256();
+        __m256i acc[T][NH];
+        for (int t = 0; t < T; ++t)
+          for (int h = 0; h < NH; ++h) acc[t][h] = _mm256_setzero_si256();
         if constexpr (CK == CodeKind::kInt8) {  // kPair: kpair q of rows 8h .. 8h + 7 in bytes 32 q + 16 h
           // four kpairs (8 columns, 128 bytes) per step: blocks and K's last one are multiples of 8
-          // columns (two kpairs per step: int8 warm one-token 0.90x, forty-third session)
+          // columns (two kpairs per step: int8 warm one-token 0.94x, forty-third session)
           for (int q = kb / 2; q < kb1 / 2; q += 4) {
-            for (int l = 0; l < 2; ++l) _mm_prefetch(reinterpret_cast<const char*>(pc + size_t(q) * 32 + 64 * l + pf), _MM_HINT_T0);
-            __m256i v[4][2];
-            for (int i = 0; i < 4; ++i)
+            __m256i x[T][4];
+            for (int t = 0; t < T; ++t)
+              for (int i = 0; i < 4; ++i) x[t][i] = pair(xq[t] + 2 * q + 2 * i);
+            for (int hp = 0; hp < HP; ++hp) {
+              const uint8_t* pc = pp[hp].pc + size_t(q) * 32;
+              for (int l = 0; l < 2; ++l) _mm_prefetch(reinterpret_cast<const char*>(pc + 64 * l + pf[hp]), _MM_HINT_T0);
               for (int h = 0; h < 2; ++h) {
-                const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(pc + size_t(q + i) * 32 + 16 * h));
-                v[i][h] = w.s8 ? _mm256_cvtepi8_epi16(b) : _mm256_cvtepu8_epi16(b);
-              }
-            for (int t = 0; t < T; ++t) {
-              const int16_t* x = xq[t] + 2 * q;
-              const __m256i x0 = pair(x), x1 = pair(x + 2), x2 = pair(x + 4), x3 = pair(x + 6);
-              for (int h = 0; h < 2; ++h) {
-                const __m256i s01 = _mm256_add_epi32(_mm256_madd_epi16(v[0][h], x0), _mm256_madd_epi16(v[1][h], x1));
-                const __m256i s23 = _mm256_add_epi32(_mm256_madd_epi16(v[2][h], x2), _mm256_madd_epi16(v[3][h], x3));
-                acc[t][h] = _mm256_add_epi32(acc[t][h], _mm256_add_epi32(s01, s23));
+                __m256i v[4];
+                for (int i = 0; i < 4; ++i) {
+                  const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(pc + 32 * i + 16 * h));
+                  v[i] = w.s8 ? _mm256_cvtepi8_epi16(b) : _mm256_cvtepu8_epi16(b);
+                }
+                for (int t = 0; t < T; ++t) {
+                  const __m256i s01 = _mm256_add_epi32(_mm256_madd_epi16(v[0], x[t][0]), _mm256_madd_epi16(v[1], x[t][1]));
+                  const __m256i s23 = _mm256_add_epi32(_mm256_madd_epi16(v[2], x[t][2]), _mm256_madd_epi16(v[3], x[t][3]));
+                  acc[t][2 * hp + h] = _mm256_add_epi32(acc[t][2 * hp + h], _mm256_add_epi32(s01, s23));
+                }
               }
             }
           }
         } else {  // kWord4: 8 columns per 64 bytes; word r * 2 + k % 2 of a half holds kpair qq in bits 4 qq ..
-          for (int b = kb / 8; b < kb1 / 8; ++b) {
-            _mm_prefetch(reinterpret_cast<const char*>(pc + size_t(b) * 64 + pf), _MM_HINT_T0);
-            __m256i v[4][2];  // [kpair qq][half]: 8 rows x (k, k + 1) as words
-            for (int h = 0; h < 2; ++h) {
-              const __m256i d = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(pc + size_t(b) * 64 + 32 * h));
-              if constexpr (kFp4) {  // bytes hold kpairs (0, 1) and (2, 3): look both nibbles up, then split
-                const __m256i lo = _mm256_shuffle_epi8(tab, _mm256_and_si256(d, m0f0f));
-                const __m256i hi = _mm256_shuffle_epi8(tab, _mm256_and_si256(_mm256_srli_epi16(d, 4), m0f0f));
-                v[0][h] = _mm256_and_si256(lo, m00ff);
-                v[1][h] = _mm256_and_si256(hi, m00ff);
-                v[2][h] = _mm256_srli_epi16(lo, 8);
-                v[3][h] = _mm256_srli_epi16(hi, 8);
-              } else {
-                v[0][h] = _mm256_and_si256(d, m000f);
-                v[1][h] = _mm256_and_si256(_mm256_srli_epi16(d, 4), m000f);
-                v[2][h] = _mm256_and_si256(_mm256_srli_epi16(d, 8), m000f);
-                v[3][h] = _mm256_srli_epi16(d, 12);
-              }
+          // 32 bytes of codes (8 rows x 8 columns) as words: v[qq], kpair qq's 8 rows x (k, k + 1)
+          const auto decode = [&](const uint8_t* c, __m256i (&v)[4]) {
+            const __m256i d = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(c));
+            if constexpr (kFp4) {  // bytes hold kpairs (0, 1) and (2, 3): look both nibbles up, then split
+              const __m256i lo = _mm256_shuffle_epi8(tab, _mm256_and_si256(d, m0f0f));
+              const __m256i hi = _mm256_shuffle_epi8(tab, _mm256_and_si256(_mm256_srli_epi16(d, 4), m0f0f));
+              v[0] = _mm256_and_si256(lo, m00ff);
+              v[1] = _mm256_and_si256(hi, m00ff);
+              v[2] = _mm256_srli_epi16(lo, 8);
+              v[3] = _mm256_srli_epi16(hi, 8);
+            } else {
+              v[0] = _mm256_and_si256(d, m000f);
+              v[1] = _mm256_and_si256(_mm256_srli_epi16(d, 4), m000f);
+              v[2] = _mm256_and_si256(_mm256_srli_epi16(d, 8), m000f);
+              v[3] = _mm256_srli_epi16(d, 12);
             }
-            for (int t = 0; t < T; ++t) {
-              const int16_t* x = xq[t] + 8 * b;
-              const __m256i x0 = pair(x), x1 = pair(x + 2), x2 = pair(x + 4), x3 = pair(x + 6);
-              for (int h = 0; h < 2; ++h) {
-                const __m256i s01 = _mm256_add_epi32(_mm256_madd_epi16(v[0][h], x0), _mm256_madd_epi16(v[1][h], x1));
-                const __m256i s23 = _mm256_add_epi32(_mm256_madd_epi16(v[2][h], x2), _mm256_madd_epi16(v[3][h], x3));
-                acc[t][h] = _mm256_add_epi32(acc[t][h], _mm256_add_epi32(s01, s23));
+          };
+          const auto madd4 = [](const __m256i (&v)[4], const __m256i (&x)[4], __m256i& acc) {
+            const __m256i s01 = _mm256_add_epi32(_mm256_madd_epi16(v[0], x[0]), _mm256_madd_epi16(v[1], x[1]));
+            const __m256i s23 = _mm256_add_epi32(_mm256_madd_epi16(v[2], x[2]), _mm256_madd_epi16(v[3], x[3]));
+            acc = _mm256_add_epi32(acc, _mm256_add_epi32(s01, s23));
+          };
+          for (int b = kb / 8; b < kb1 / 8; ++b) {
+            if constexpr (HP == 2) {  // one token: its pairs once, each 8-row vector decoded and used in turn
+              const __m256i x[4] = {pair(xq[0] + 8 * b), pair(xq[0] + 8 * b + 2), pair(xq[0] + 8 * b + 4), pair(xq[0] + 8 * b + 6)};
+              for (int hp = 0; hp < HP; ++hp) {
+                const uint8_t* pc = pp[hp].pc + size_t(b) * 64;
+                _mm_prefetch(reinterpret_cast<const char*>(pc + pf[hp]), _MM_HINT_T0);
+                for (int h = 0; h < 2; ++h) {
+                  __m256i v[4];
+                  decode(pc + 32 * h, v);
+                  madd4(v, x, acc[0][2 * hp + h]);
+                }
+              }
+            } else {  // both 8-row vectors decoded, then each token's pairs (4 registers at a time)
+              const uint8_t* pc = pp[0].pc + size_t(b) * 64;
+              _mm_prefetch(reinterpret_cast<const char*>(pc + pf[0]), _MM_HINT_T0);
+              __m256i v[2][4];
+              for (int h = 0; h < 2; ++h) decode(pc + 32 * h, v[h]);
+              for (int t = 0; t < T; ++t) {
+                const int16_t* xt = xq[t] + 8 * b;
+                const __m256i x[4] = {pair(xt), pair(xt + 2), pair(xt + 4), pair(xt + 6)};
+                for (int h = 0; h < 2; ++h) madd4(v[h], x, acc[t][h]);
               }
             }
           }
         }
         // the block's zero point (constant over it: act16) or e2m1 offset, times the token's sum of q
-        const bool row_z = !kFp4 && w.has_zp;
-        __m256i z[2];
+        __m256i z[NH];
         if (row_z)
-          for (int h = 0; h < 2; ++h)
-            z[h] = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(zp + size_t(kb / zgk) * kPanelRows + 8 * h)));
-        const int zc = kFp4 ? 12 : (CK == CodeKind::kInt8 && w.s8) ? 0 : w.zsym;  // signed int8: the value itself
+          for (int h = 0; h < NH; ++h)
+            z[h] = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(pp[h / 2].zp + size_t(kb / zgk) * kPanelRows + 8 * (h % 2))));
         for (int t = 0; t < T; ++t) {
           const int32_t sq = xsum[t][blk];
           const __m256 f = _mm256_set1_ps(xs[t][blk] * cf);
-          for (int h = 0; h < 2; ++h) {
+          for (int h = 0; h < NH; ++h) {
             const __m256i part = row_z ? _mm256_sub_epi32(acc[t][h], _mm256_mullo_epi32(z[h], _mm256_set1_epi32(sq)))
                                        : _mm256_sub_epi32(acc[t][h], _mm256_set1_epi32(zc * sq));
             out[t][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(part), _mm256_mul_ps(ws[h], f), out[t][h]);
@@ -559,7 +595,7 @@ void fused_s16(const GemmJob& j, float* C) {
       }
     }
     for (int t = 0; t < T; ++t)
-      for (int h = 0; h < 2; ++h) _mm256_storeu_ps(C + size_t(t) * kJobRows + half * kPanelRows + 8 * h, out[t][h]);
+      for (int h = 0; h < NH; ++h) _mm256_storeu_ps(C + size_t(t) * kJobRows + (half0 + h / 2) * kPanelRows + 8 * (h % 2), out[t][h]);
   }
 }
 

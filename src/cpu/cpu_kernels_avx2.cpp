@@ -353,8 +353,10 @@ void fused(const GemmJob& j, int seg, float* C) {
 // `vpmaddwd` (pairs summed exactly in int32), summed in int32 over the segment; the zero point comes
 // off per segment through the token's sum over it, sum a (u - z) = sum a u - z sum a, all exact in
 // int32 as the contract's "part" (numerics.md "Products"), then float(part) x the segment's scales.
+// One token (T = 1) takes both panels in one pass, as fused_s16 does.
 template <CodeKind CK, int T, ScaleKind SK>
 void fused_s8(const GemmJob& j, int seg, float* C) {
+  constexpr int HP = T == 1 ? 2 : 1;  // panels per pass
   const PackedProj& w = *j.w;
   const size_t sb = scale_kind_bytes(w.gscale_kind);
   const ActBuf& a = *j.a;
@@ -368,73 +370,96 @@ void fused_s8(const GemmJob& j, int seg, float* C) {
     std::memcpy(&v, p, 4);
     return _mm256_broadcastq_epi64(_mm_cvtepi8_epi16(_mm_cvtsi32_si128(v)));
   };
+  // the token's sum over [k0, k1): 16 columns per vpmaddwd against ones (a scalar add per column
+  // was ~1 of every 3.5 operations of a one-token W8A8 pass), the rest (multiples of 4) one by one
+  const auto act_sum = [](const int8_t* p, int k0, int k1) {
+    __m256i s = _mm256_setzero_si256();
+    int k = k0;
+    for (; k + 16 <= k1; k += 16)
+      s = _mm256_add_epi32(s, _mm256_madd_epi16(_mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + k))), _mm256_set1_epi16(1)));
+    __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(s), _mm256_extracti128_si256(s, 1));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
+    s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xB1));
+    int32_t sum = _mm_cvtsi128_si32(s4);
+    for (; k < k1; ++k) sum += p[k];
+    return sum;
+  };
   // software prefetch as in fused(), kVnni8 codes only: qwen3-30b-a3b / llama4-scout W8A8 M = 1 / 8
   // 1.12-1.18x, W4A8 (kVnni4) 0.84-0.97x (AVX2 EPYC, fifteenth session)
-  for (int half = 0; half < 2; ++half) {
-    const auto [pc, zp, gs] = panel_ptrs(w, j, half);
-    const ptrdiff_t pf = prefetch_ahead(w, j, half, pc);  // one line per 64 bytes of codes
-    __m256 out[T][2];
-    for (int t = 0; t < T; ++t) out[t][0] = out[t][1] = _mm256_setzero_ps();
+  for (int half0 = 0; half0 < 2; half0 += HP) {
+    PanelPtrs pp[HP];
+    ptrdiff_t pf[HP];
+    for (int hp = 0; hp < HP; ++hp) {
+      pp[hp] = panel_ptrs(w, j, half0 + hp);
+      pf[hp] = prefetch_ahead(w, j, half0 + hp, pp[hp].pc);  // one line per 64 bytes of codes
+    }
+    __m256 out[T][2 * HP];
+    for (int t = 0; t < T; ++t)
+      for (int h = 0; h < 2 * HP; ++h) out[t][h] = _mm256_setzero_ps();
     for (int k0 = 0; k0 < Kp; k0 += seg) {
       const int k1 = std::min(Kp, k0 + seg);
-      __m256i acc[T][4];  // rows 4i .. 4i + 3, two partial dwords per row
+      __m256i acc[T][4 * HP];  // rows 4i .. 4i + 3 of panel i / 4, two partial dwords per row
       int32_t asum[T];
       for (int t = 0; t < T; ++t) {
-        for (int i = 0; i < 4; ++i) acc[t][i] = _mm256_setzero_si256();
-        int32_t sum = 0;
-        for (int k = k0; k < k1; ++k) sum += ap[t][k];
-        asum[t] = sum;
+        for (int i = 0; i < 4 * HP; ++i) acc[t][i] = _mm256_setzero_si256();
+        asum[t] = act_sum(ap[t], k0, k1);
       }
       if constexpr (CK == CodeKind::kVnni8) {  // byte (k / 4) * 64 + 4 r + k % 4
         for (int k = k0; k < k1; k += 4) {
-          __m256i wq[4];
-          _mm_prefetch(reinterpret_cast<const char*>(pc + size_t(k / 4) * 64 + pf), _MM_HINT_T0);
-          for (int i = 0; i < 4; ++i)
-            wq[i] = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(pc + size_t(k / 4) * 64 + 16 * i)));
-          for (int t = 0; t < T; ++t) {
-            const __m256i av = act4(ap[t] + k);
-            for (int i = 0; i < 4; ++i) acc[t][i] = _mm256_add_epi32(acc[t][i], _mm256_madd_epi16(wq[i], av));
+          __m256i av[T];
+          for (int t = 0; t < T; ++t) av[t] = act4(ap[t] + k);
+          for (int hp = 0; hp < HP; ++hp) {
+            const uint8_t* pc = pp[hp].pc + size_t(k / 4) * 64;
+            _mm_prefetch(reinterpret_cast<const char*>(pc + pf[hp]), _MM_HINT_T0);
+            __m256i wq[4];
+            for (int i = 0; i < 4; ++i) wq[i] = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(pc + 16 * i)));
+            for (int t = 0; t < T; ++t)
+              for (int i = 0; i < 4; ++i) acc[t][4 * hp + i] = _mm256_add_epi32(acc[t][4 * hp + i], _mm256_madd_epi16(wq[i], av[t]));
           }
         }
       } else {  // kVnni4: byte (k / 8) * 64 + 4 r + k % 4, k % 8 < 4 in the low nibble
         for (int k = k0; k < k1; k += 8) {
-          __m256i wl[4], wh[4];  // (a prefetch here as in kVnni8 measured 0.84-0.97x)
-          for (int i = 0; i < 4; ++i) {
-            const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(pc + size_t(k / 8) * 64 + 16 * i));
-            const __m256i b16 = _mm256_cvtepu8_epi16(b);
-            wl[i] = _mm256_and_si256(b16, _mm256_set1_epi16(0x0F));
-            wh[i] = _mm256_srli_epi16(b16, 4);
-          }
-          for (int t = 0; t < T; ++t) {
-            const __m256i al = act4(ap[t] + k), ah = act4(ap[t] + k + 4);
-            for (int i = 0; i < 4; ++i)
-              acc[t][i] = _mm256_add_epi32(acc[t][i], _mm256_add_epi32(_mm256_madd_epi16(wl[i], al), _mm256_madd_epi16(wh[i], ah)));
+          __m256i al[T], ah[T];
+          for (int t = 0; t < T; ++t) al[t] = act4(ap[t] + k), ah[t] = act4(ap[t] + k + 4);
+          for (int hp = 0; hp < HP; ++hp) {
+            const uint8_t* pc = pp[hp].pc + size_t(k / 8) * 64;  // (a prefetch here as in kVnni8 measured 0.84-0.97x)
+            __m256i wl[4], wh[4];
+            for (int i = 0; i < 4; ++i) {
+              const __m256i b16 = _mm256_cvtepu8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(pc + 16 * i)));
+              wl[i] = _mm256_and_si256(b16, _mm256_set1_epi16(0x0F));
+              wh[i] = _mm256_srli_epi16(b16, 4);
+            }
+            for (int t = 0; t < T; ++t)
+              for (int i = 0; i < 4; ++i)
+                acc[t][4 * hp + i] = _mm256_add_epi32(acc[t][4 * hp + i], _mm256_add_epi32(_mm256_madd_epi16(wl[i], al[t]), _mm256_madd_epi16(wh[i], ah[t])));
           }
         }
       }
       const int g = k0 / seg;
-      __m256 ws[2];
-      segment_scales<SK>(w, gs, sb, g, false, ws);
-      __m256i z[2];
-      for (int h = 0; h < 2; ++h) {
-        if (w.has_zp) {
-          const __m128i zb = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(zp + size_t(k0 / w.zp_group) * kPanelRows + 8 * h));
-          z[h] = _mm256_cvtepu8_epi32(zb);
-        } else {
-          z[h] = _mm256_set1_epi32(w.zsym);
-        }
-      }
-      for (int t = 0; t < T; ++t) {
-        const __m256i as = _mm256_set1_epi32(asum[t]);
+      for (int hp = 0; hp < HP; ++hp) {
+        __m256 ws[2];
+        segment_scales<SK>(w, pp[hp].gs, sb, g, false, ws);
+        __m256i z[2];
         for (int h = 0; h < 2; ++h) {
-          __m256i part = _mm256_permutevar8x32_epi32(_mm256_hadd_epi32(acc[t][2 * h], acc[t][2 * h + 1]), perm);
-          part = _mm256_sub_epi32(part, _mm256_mullo_epi32(z[h], as));
-          out[t][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(part), ws[h], out[t][h]);
+          if (w.has_zp) {
+            const __m128i zb = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(pp[hp].zp + size_t(k0 / w.zp_group) * kPanelRows + 8 * h));
+            z[h] = _mm256_cvtepu8_epi32(zb);
+          } else {
+            z[h] = _mm256_set1_epi32(w.zsym);
+          }
+        }
+        for (int t = 0; t < T; ++t) {
+          const __m256i as = _mm256_set1_epi32(asum[t]);
+          for (int h = 0; h < 2; ++h) {
+            __m256i part = _mm256_permutevar8x32_epi32(_mm256_hadd_epi32(acc[t][4 * hp + 2 * h], acc[t][4 * hp + 2 * h + 1]), perm);
+            part = _mm256_sub_epi32(part, _mm256_mullo_epi32(z[h], as));
+            out[t][2 * hp + h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(part), ws[h], out[t][2 * hp + h]);
+          }
         }
       }
     }
     for (int t = 0; t < T; ++t)
-      for (int h = 0; h < 2; ++h) _mm256_storeu_ps(C + size_t(t) * kJobRows + half * kPanelRows + 8 * h, out[t][h]);
+      for (int h = 0; h < 2 * HP; ++h) _mm256_storeu_ps(C + size_t(t) * kJobRows + (half0 + h / 2) * kPanelRows + 8 * (h % 2), out[t][h]);
   }
 }
 

@@ -463,6 +463,30 @@ void fused_s8(const GemmJob& j, int seg, float* C) {
   }
 }
 
+// 32 bytes of kWord4 codes (8 rows x 8 columns; word r * 2 + k % 2 holds kpair qq in bits 4 qq ..)
+// as 16-bit words: v[qq], kpair qq's 8 rows x (k, k + 1); int4 u, e2m1 2 e2m1 + 12 (one vpshufb).
+template <bool kFp4>
+inline void word4_words(const uint8_t* c, __m256i (&v)[4]) {
+  const __m256i d = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(c));
+  if constexpr (kFp4) {  // bytes hold kpairs (0, 1) and (2, 3): look both nibbles up, then split
+    const __m256i tab = _mm256_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0,
+                                         12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0);
+    const __m256i m0f0f = _mm256_set1_epi16(0x0F0F), m00ff = _mm256_set1_epi16(0x00FF);
+    const __m256i lo = _mm256_shuffle_epi8(tab, _mm256_and_si256(d, m0f0f));
+    const __m256i hi = _mm256_shuffle_epi8(tab, _mm256_and_si256(_mm256_srli_epi16(d, 4), m0f0f));
+    v[0] = _mm256_and_si256(lo, m00ff);
+    v[1] = _mm256_and_si256(hi, m00ff);
+    v[2] = _mm256_srli_epi16(lo, 8);
+    v[3] = _mm256_srli_epi16(hi, 8);
+  } else {
+    const __m256i m000f = _mm256_set1_epi16(0x000F);
+    v[0] = _mm256_and_si256(d, m000f);
+    v[1] = _mm256_and_si256(_mm256_srli_epi16(d, 4), m000f);
+    v[2] = _mm256_and_si256(_mm256_srli_epi16(d, 8), m000f);
+    v[3] = _mm256_srli_epi16(d, 12);
+  }
+}
+
 // The same for bf16 activations taken as 16-bit block fixed point (ActFmt::kS16, RowQuant::kS16:
 // int16 codes q, a power-of-two factor per block of B = a.group columns, the block's sum of q) with
 // int4 / e2m1 (kWord4) and int8 (kPair) codes: the codes are widened to 16-bit words in registers
@@ -501,9 +525,6 @@ void fused_s16(const GemmJob& j, float* C) {
   const bool e4m3_fp16 = scale_kind<SK>(w) == ScaleKind::kE4M3;
   // e2m1 values doubled (v = 2 e2m1 + 12 holds 2 e2m1); e4m3 scales as 2^-8 x theirs
   const float cf = (kFp4 ? 0.5f : 1.f) * (e4m3_fp16 ? 256.f : 1.f);
-  const __m256i tab = _mm256_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0,
-                                       12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0);
-  const __m256i m000f = _mm256_set1_epi16(0x000F), m0f0f = _mm256_set1_epi16(0x0F0F), m00ff = _mm256_set1_epi16(0x00FF);
   const int zgk = w.has_zp ? w.zp_group : Kp;
   const bool row_z = !kFp4 && w.has_zp;
   const int zc = kFp4 ? 12 : (CK == CodeKind::kInt8 && w.s8) ? 0 : w.zsym;  // signed int8: the value itself
@@ -556,23 +577,6 @@ void fused_s16(const GemmJob& j, float* C) {
             }
           }
         } else {  // kWord4: 8 columns per 64 bytes; word r * 2 + k % 2 of a half holds kpair qq in bits 4 qq ..
-          // 32 bytes of codes (8 rows x 8 columns) as words: v[qq], kpair qq's 8 rows x (k, k + 1)
-          const auto decode = [&](const uint8_t* c, __m256i (&v)[4]) {
-            const __m256i d = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(c));
-            if constexpr (kFp4) {  // bytes hold kpairs (0, 1) and (2, 3): look both nibbles up, then split
-              const __m256i lo = _mm256_shuffle_epi8(tab, _mm256_and_si256(d, m0f0f));
-              const __m256i hi = _mm256_shuffle_epi8(tab, _mm256_and_si256(_mm256_srli_epi16(d, 4), m0f0f));
-              v[0] = _mm256_and_si256(lo, m00ff);
-              v[1] = _mm256_and_si256(hi, m00ff);
-              v[2] = _mm256_srli_epi16(lo, 8);
-              v[3] = _mm256_srli_epi16(hi, 8);
-            } else {
-              v[0] = _mm256_and_si256(d, m000f);
-              v[1] = _mm256_and_si256(_mm256_srli_epi16(d, 4), m000f);
-              v[2] = _mm256_and_si256(_mm256_srli_epi16(d, 8), m000f);
-              v[3] = _mm256_srli_epi16(d, 12);
-            }
-          };
           const auto madd4 = [](const __m256i (&v)[4], const __m256i (&x)[4], __m256i& acc) {
             const __m256i s01 = _mm256_add_epi32(_mm256_madd_epi16(v[0], x[0]), _mm256_madd_epi16(v[1], x[1]));
             const __m256i s23 = _mm256_add_epi32(_mm256_madd_epi16(v[2], x[2]), _mm256_madd_epi16(v[3], x[3]));
@@ -586,7 +590,7 @@ void fused_s16(const GemmJob& j, float* C) {
                 _mm_prefetch(reinterpret_cast<const char*>(pc + pf[hp]), _MM_HINT_T0);
                 for (int h = 0; h < 2; ++h) {
                   __m256i v[4];
-                  decode(pc + 32 * h, v);
+                  word4_words<kFp4>(pc + 32 * h, v);
                   madd4(v, x, acc[0][2 * hp + h]);
                 }
               }
@@ -594,7 +598,7 @@ void fused_s16(const GemmJob& j, float* C) {
               const uint8_t* pc = pp[0].pc + size_t(b) * 64;
               _mm_prefetch(reinterpret_cast<const char*>(pc + pf[0]), _MM_HINT_T0);
               __m256i v[2][4];
-              for (int h = 0; h < 2; ++h) decode(pc + 32 * h, v[h]);
+              for (int h = 0; h < 2; ++h) word4_words<kFp4>(pc + 32 * h, v[h]);
               for (int t = 0; t < T; ++t) {
                 const int16_t* xt = xq[t] + 8 * b;
                 const __m256i x[4] = {pair(xt), pair(xt + 2), pair(xt + 4), pair(xt + 6)};
@@ -678,6 +682,185 @@ void fused_t(const GemmJob& j, int seg, float* C) {
   });
 }
 
+// ---- act16 tile: jobs of more than kS16Pass tokens (the AVX-512 s16_tile's plan on 8-row vectors) --
+// The fused passes above decode every 64-byte block again per pass of four tokens, and at four tokens
+// their sums, decoded codes and pairs overflow the 16 registers (e2m1 / int4 at M = 64, warm: ~180
+// stack accesses in the kernel, ~60% of the vpmaddwd rate). Here, per K chunk of kChunk columns, both
+// panels' codes are widened once into an L1 tile of signed words u - z (the zero point or the e2m1
+// offset 12 subtracted at the decode, so a block's int32 sum is the fused kernels' sum q u - z sum q,
+// the same integer), tile[2 kp + hh] = kpair kp's rows 8 hh .. 8 hh + 7; the weight scales are stored
+// times cf (a power of two: ws cf xs = ws (xs cf), one rounding of the same real product), and blocks
+// of up to kS16TB tokens run over the tile: two tile loads feed 2 TB vpmaddwd, the flush is cvt, mul
+// and fma in the fused kernels' order, so both give the same bits.
+constexpr int kS16Pass = 4;  // jobs of up to this many tokens take the fused passes
+constexpr int kS16TB = 5;    // tokens per tile block (s16_block)
+constexpr int kChunk = 256;  // K per decoded tile (16 KB for two panels)
+
+// One activation block of the tile microkernel: TB tokens' int32 sums of one panel (acc[t][hh]: rows
+// 8 hh .. 8 hh + 7) over tile kpairs [kp0, kp1), kp1 > kp0; x: token 0's codes at kpair 0, rows lda
+// apart. Written as inline asm: GCC (12, 13) compiled the intrinsics loop by loading every token's
+// pair first and then spilling half the sums to the stack each kpair (TB = 6: 97 stack accesses, the
+// tile path 1.2-1.4x slower than the fused passes), and a compiler barrier per token kept them in
+// memory. Per kpair: two tile loads, then per token a pair broadcast, two vpmaddwd and two vpaddd:
+// 2 TB sums in registers GCC picks, the tile vectors, pair and product in ymm12-15 (an asm statement
+// takes <= 30 operands, a sum in and out counts twice: TB <= 5).
+#define QMOE_S16_TOK(i, addr)                                                                          \
+  "vpbroadcastd " addr ", %%ymm14\n\t"                                                                  \
+  "vpmaddwd %%ymm12, %%ymm14, %%ymm15\n\t"                                                              \
+  "vpaddd %%ymm15, %[a" #i "0], %[a" #i "0]\n\t"                                                        \
+  "vpmaddwd %%ymm13, %%ymm14, %%ymm14\n\t"                                                              \
+  "vpaddd %%ymm14, %[a" #i "1], %[a" #i "1]\n\t"
+#define QMOE_S16_ACC(i) [a##i##0] "+x"(acc[i][0]), [a##i##1] "+x"(acc[i][1])
+#define QMOE_S16_LOOP(toks, ...)                                                                        \
+  asm("1:\n\t"                                                                                          \
+      "vmovdqa (%[w]), %%ymm12\n\t"                                                                     \
+      "vmovdqa 32(%[w]), %%ymm13\n\t" toks                                                              \
+      "add $64, %[w]\n\t"                                                                               \
+      "add $4, %[x0]\n\t"                                                                               \
+      "cmp %[we], %[w]\n\t"                                                                             \
+      "jb 1b\n\t"                                                                                       \
+      : __VA_ARGS__, [w] "+r"(wp), [x0] "+r"(x0)                                                        \
+      : [ld] "r"(ld), [ld3] "r"(3 * ld), [we] "r"(we)                                                   \
+      : "cc", "memory", "xmm12", "xmm13", "xmm14", "xmm15")
+#define QMOE_T0 QMOE_S16_TOK(0, "(%[x0])")
+#define QMOE_T1 QMOE_S16_TOK(1, "(%[x0],%[ld])")
+#define QMOE_T2 QMOE_S16_TOK(2, "(%[x0],%[ld],2)")
+#define QMOE_T3 QMOE_S16_TOK(3, "(%[x0],%[ld3])")
+#define QMOE_T4 QMOE_S16_TOK(4, "(%[x0],%[ld],4)")
+template <int TB>
+inline void s16_block(const __m256i* tile, int kp0, int kp1, const int16_t* x, size_t lda, __m256i (&acc)[TB][2]) {
+  static_assert(TB >= 1 && TB <= 5);
+  const __m256i* wp = tile + 2 * kp0;
+  const __m256i* we = tile + 2 * kp1;
+  const int16_t* x0 = x + 2 * kp0;
+  const size_t ld = lda * sizeof(int16_t);
+  if constexpr (TB == 1) QMOE_S16_LOOP(QMOE_T0, QMOE_S16_ACC(0));
+  if constexpr (TB == 2) QMOE_S16_LOOP(QMOE_T0 QMOE_T1, QMOE_S16_ACC(0), QMOE_S16_ACC(1));
+  if constexpr (TB == 3) QMOE_S16_LOOP(QMOE_T0 QMOE_T1 QMOE_T2, QMOE_S16_ACC(0), QMOE_S16_ACC(1), QMOE_S16_ACC(2));
+  if constexpr (TB == 4)
+    QMOE_S16_LOOP(QMOE_T0 QMOE_T1 QMOE_T2 QMOE_T3, QMOE_S16_ACC(0), QMOE_S16_ACC(1), QMOE_S16_ACC(2), QMOE_S16_ACC(3));
+  if constexpr (TB == 5)
+    QMOE_S16_LOOP(QMOE_T0 QMOE_T1 QMOE_T2 QMOE_T3 QMOE_T4, QMOE_S16_ACC(0), QMOE_S16_ACC(1), QMOE_S16_ACC(2),
+                  QMOE_S16_ACC(3), QMOE_S16_ACC(4));
+}
+#undef QMOE_T0
+#undef QMOE_T1
+#undef QMOE_T2
+#undef QMOE_T3
+#undef QMOE_T4
+#undef QMOE_S16_LOOP
+#undef QMOE_S16_ACC
+#undef QMOE_S16_TOK
+
+// Tile block: tokens t0 .. t0 + TB - 1 of one panel over the chunk's nkp kpairs in activation blocks
+// of bkp kpairs (the last one shorter where K is not a multiple of the block). x: token t0's codes at
+// the chunk's first column, xs its block factors from the chunk's first block (rows lda / ldg apart);
+// ws: the panel's scales x cf, two vectors per block; C: the tokens' sums (kJobRows apart). pf
+// (non-null): pfl lines from pf + 64 pfl bi prefetched into L2 per block bi (the next chunk's codes).
+template <int TB>
+void s16_ukr(const __m256i* tile, int nkp, int bkp, const int16_t* x, size_t lda, const float* xs, size_t ldg,
+             const __m256* ws, float* C, const char* pf, int pfl) {
+  for (int bi = 0, kp0 = 0; kp0 < nkp; ++bi, kp0 += bkp) {
+    if (pf)
+      for (int i = 0; i < pfl; ++i) _mm_prefetch(pf + (size_t(bi) * pfl + i) * 64, _MM_HINT_T1);
+    __m256i acc[TB][2];
+    for (int t = 0; t < TB; ++t) acc[t][0] = acc[t][1] = _mm256_setzero_si256();
+    s16_block<TB>(tile, kp0, std::min(nkp, kp0 + bkp), x, lda, acc);
+    for (int t = 0; t < TB; ++t) {
+      float* c = C + t * kJobRows;
+      const __m256 f = _mm256_set1_ps(xs[t * ldg + bi]);
+      for (int hh = 0; hh < 2; ++hh)
+        _mm256_store_ps(c + 8 * hh, _mm256_fmadd_ps(_mm256_cvtepi32_ps(acc[t][hh]), _mm256_mul_ps(ws[2 * bi + hh], f),
+                                                    _mm256_load_ps(c + 8 * hh)));
+    }
+  }
+}
+
+template <CodeKind CK, ScaleKind SK>
+void s16_tile(const GemmJob& j) {
+  const PackedProj& w = *j.w;
+  const ActBuf& a = *j.a;
+  const int T = j.nrows, Kp = w.k_pad, B = a.group;
+  const int seg = w.group > 0 ? w.group : Kp;
+  const size_t sb = scale_kind_bytes(w.gscale_kind);
+  constexpr bool kFp4 = CK == CodeKind::kFp4;
+  const bool e4m3_fp16 = scale_kind<SK>(w) == ScaleKind::kE4M3;
+  const __m256 cf = _mm256_set1_ps((kFp4 ? 0.5f : 1.f) * (e4m3_fp16 ? 256.f : 1.f));
+  const bool row_z = !kFp4 && w.has_zp;
+  const int zc = kFp4 ? 12 : (CK == CodeKind::kInt8 && w.s8) ? 0 : w.zsym;
+  const int zgk = w.has_zp ? w.zp_group : Kp;
+  const int nbm = kChunk / B, bkp = B / 2;
+  float* C = j.scratch;                                                   // [T][32]
+  __m256i* tile = reinterpret_cast<__m256i*>(C + size_t(T) * kJobRows);  // [2][kChunk / 2][2]
+  __m256* ws = reinterpret_cast<__m256*>(tile + 2 * kChunk);              // [2][nbm][2]
+  std::memset(C, 0, size_t(T) * kJobRows * 4);
+  PanelPtrs pp[2];
+  for (int h = 0; h < 2; ++h) pp[h] = panel_ptrs(w, j, h);
+  const size_t bpk = CK == CodeKind::kInt8 ? 32 : 16;  // code bytes per kpair and panel
+  // the next chunk's code lines spread over the first token block's activation blocks, its scales and
+  // zero points asked for right after this chunk's (the AVX-512 tile path's prefetch, measured there)
+  const int nb = (std::min(kChunk, Kp) + B - 1) / B;
+  const int lines = kChunk / 2 * int(bpk) / 64, pfl = (lines + nb - 1) / nb;
+  const char* pfc[2];
+  for (int k0 = 0; k0 < Kp; k0 += kChunk) {
+    const int kc = std::min(kChunk, Kp - k0), k1 = k0 + kChunk;
+    for (int h = 0; h < 2; ++h) {
+      __m256i* dst = tile + h * kChunk;
+      for (int c = 0; c < kc; c += 8) {  // zero points per 8 columns: zp groups are multiples of 8
+        __m256i zw[2];  // the rows' zero points as words, both words of a row's pair
+        for (int hh = 0; hh < 2; ++hh) {
+          if (row_z) {
+            const __m256i d = _mm256_cvtepu8_epi32(
+                _mm_loadl_epi64(reinterpret_cast<const __m128i*>(pp[h].zp + size_t((k0 + c) / zgk) * kPanelRows + 8 * hh)));
+            zw[hh] = _mm256_or_si256(d, _mm256_slli_epi32(d, 16));
+          } else {
+            zw[hh] = _mm256_set1_epi16(int16_t(zc));
+          }
+        }
+        __m256i* v = dst + c;  // kpairs (k0 + c) / 2 .. + 3, two vectors each
+        if constexpr (CK == CodeKind::kInt8) {
+          for (int i = 0; i < 4; ++i)
+            for (int hh = 0; hh < 2; ++hh) {
+              const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(pp[h].pc + (size_t(k0 + c) / 2 + i) * 32 + 16 * hh));
+              v[2 * i + hh] = _mm256_sub_epi16(w.s8 ? _mm256_cvtepi8_epi16(b) : _mm256_cvtepu8_epi16(b), zw[hh]);
+            }
+        } else {
+          for (int hh = 0; hh < 2; ++hh) {
+            __m256i u[4];
+            word4_words<kFp4>(pp[h].pc + size_t(k0 + c) / 8 * 64 + 32 * hh, u);
+            for (int i = 0; i < 4; ++i) v[2 * i + hh] = _mm256_sub_epi16(u[i], zw[hh]);
+          }
+        }
+      }
+      for (int bi = 0; bi * B < kc; ++bi) {
+        __m256 w2[2];
+        segment_scales<SK>(w, pp[h].gs, sb, (k0 + bi * B) / seg, e4m3_fp16, w2);
+        for (int hh = 0; hh < 2; ++hh) ws[(h * nbm + bi) * 2 + hh] = _mm256_mul_ps(w2[hh], cf);
+      }
+      // the next chunk's codes, scales and zero points (or the next job's first) into L2
+      const bool last = k1 >= Kp;
+      const int ne = last && j.next_e >= 0 ? j.next_e : j.e;
+      const int np = last ? (j.next_e >= 0 ? 2 * j.next_pair : 2 * j.pair + 2) + h : 2 * j.pair + h;
+      const int kn = last ? 0 : k1;
+      pfc[h] = reinterpret_cast<const char*>(w.panel(ne, np) + size_t(kn) / 2 * bpk);
+      if (pp[h].gs) {
+        const char* g = reinterpret_cast<const char*>(w.gscale_panel(ne, np) + size_t(kn / seg) * kPanelRows * sb);
+        for (size_t o = 0; o < size_t(kChunk / seg + 1) * kPanelRows * sb; o += 64) _mm_prefetch(g + o, _MM_HINT_T1);
+      }
+      if (row_z) _mm_prefetch(reinterpret_cast<const char*>(w.zp_panel(ne, np) + size_t(kn / zgk) * kPanelRows), _MM_HINT_T1);
+    }
+    const int16_t* x0 = a.row<int16_t>(j.row0) + k0;
+    const float* xs0 = a.group_scale.data() + size_t(j.row0) * a.num_groups + k0 / B;
+    generic::for_token_blocks<kS16TB>(T, [&](int t0, auto tb) {
+      for (int h = 0; h < 2; ++h)
+        s16_ukr<decltype(tb)::value>(tile + h * kChunk, kc / 2, bkp, x0 + size_t(t0) * a.ld, size_t(a.ld),
+                                     xs0 + size_t(t0) * a.num_groups, size_t(a.num_groups), ws + h * nbm * 2,
+                                     C + size_t(t0) * kJobRows + h * kPanelRows, t0 == 0 ? pfc[h] : nullptr, pfl);
+    });
+  }
+  generic::finish(j, C);
+}
+
 // The fused kernel where it applies (bf16 / int8 / fp8 / int4 / e2m1 codes, no g_idx, 16-bit / fp32
 // activations, segments and zero-point groups in whole kpairs / 8-column blocks).
 bool fused_s8_gemm(const GemmJob& j);
@@ -738,7 +921,16 @@ bool fused_s16_gemm(const GemmJob& j) {
   const PackedProj& w = *j.w;
   const ActBuf& a = *j.a;
   if (j.nrows < 1 || a.group <= 0 || act16(w) != a.group) return false;
-  generic::in_passes(j, [&](const GemmJob& s) {
+  if (j.nrows > kS16Pass && kChunk % a.group == 0) {
+    const auto tiled = [&]<CodeKind CK>() { with_scale_kind<CK>(w, [&]<ScaleKind SK>() { s16_tile<CK, SK>(j); }); };
+    switch (w.code) {
+      case CodeKind::kInt4: tiled.template operator()<CodeKind::kInt4>(); break;
+      case CodeKind::kFp4: tiled.template operator()<CodeKind::kFp4>(); break;
+      default: tiled.template operator()<CodeKind::kInt8>(); break;
+    }
+    return true;
+  }
+  generic::in_passes<kS16Pass>(j, [&](const GemmJob& s) {
     switch (w.code) {
       case CodeKind::kInt4: fused_s16_t<CodeKind::kInt4>(s, j.scratch); break;
       case CodeKind::kFp4: fused_s16_t<CodeKind::kFp4>(s, j.scratch); break;

@@ -339,45 +339,6 @@ void ukr_s8(const uint8_t* w0, const uint8_t* w1, int nkq, int seg_kq, const int
   }
 }
 
-// f(t0, integral_constant<TB>) for one block of 1 <= n < kMax tokens (specialised so accumulators
-// stay in registers).
-template <int kMax, class F>
-inline void token_block(int t0, int n, F&& f) {
-  switch (n) {
-    case 1: f(t0, std::integral_constant<int, 1>{}); break;
-    case 2: f(t0, std::integral_constant<int, 2>{}); break;
-    case 3: f(t0, std::integral_constant<int, 3>{}); break;
-    case 4: f(t0, std::integral_constant<int, 4>{}); break;
-    case 5: f(t0, std::integral_constant<int, 5>{}); break;
-    case 6: if constexpr (kMax > 6) f(t0, std::integral_constant<int, 6>{}); break;
-    case 7: if constexpr (kMax > 7) f(t0, std::integral_constant<int, 7>{}); break;
-    case 8: if constexpr (kMax > 8) f(t0, std::integral_constant<int, 8>{}); break;
-    case 9: if constexpr (kMax > 9) f(t0, std::integral_constant<int, 9>{}); break;
-    case 10: if constexpr (kMax > 10) f(t0, std::integral_constant<int, 10>{}); break;
-    case 11: if constexpr (kMax > 11) f(t0, std::integral_constant<int, 11>{}); break;
-    default: break;
-  }
-}
-// Calls f(t0, integral_constant<TB>) over the token blocks of T: full blocks of kMax, then the rest.
-// A rest shorter than kMax / 2 runs with the last full block as two near-equal blocks: a block of
-// TB tokens keeps 2 TB independent vdpbf16ps / vpdpbusd chains, and below ~12 chains (6 tokens) the
-// instruction's latency, not its rate, sets the time per k step. Each token's sums are the same
-// whatever block it is in.
-template <int kMax, class F>
-inline void for_token_blocks(int T, F&& f) {
-  int full = T / kMax, rest = T - full * kMax, t0 = 0;
-  if (full > 0 && rest > 0 && rest < kMax / 2) --full, rest += kMax;
-  for (int i = 0; i < full; ++i, t0 += kMax) f(t0, std::integral_constant<int, kMax>{});
-  if (rest > kMax) {
-    const int a = (rest + 1) / 2;
-    token_block<kMax>(t0, a, f);
-    token_block<kMax>(t0 + a, rest - a, f);
-  } else if (rest > 0) {
-    token_block<kMax>(t0, rest, f);
-  }
-}
-
-
 void epilogue(const GemmJob& j, const float* C) {
   const PackedProj& w = *j.w;
   const ActBuf& a = *j.a;
@@ -468,8 +429,8 @@ bool run_bf16(const GemmJob& j) {
                                     C + size_t(t0) * kJobRows, sc, tgp, size_t(a.num_groups));
     };
     // several scale groups per chunk: 6-token blocks keep the running sums in registers
-    if (pl.seg < kc) for_token_blocks<kTBGroups>(T, block);
-    else for_token_blocks<kTB>(T, block);
+    if (pl.seg < kc) generic::for_token_blocks<kTBGroups>(T, block);
+    else generic::for_token_blocks<kTB>(T, block);
   }
   epilogue(j, C);
   return true;
@@ -490,7 +451,7 @@ bool run_f32(const GemmJob& j) {
   for (int k0 = 0; k0 < Kp; k0 += kChunk) {
     const int nkp = std::min(kChunk, Kp - k0) / 2;
     const float* a0 = a.row<float>(j.row0) + k0;
-    for_token_blocks<kF32TB>(T, [&](int t0, auto tb) {
+    generic::for_token_blocks<kF32TB>(T, [&](int t0, auto tb) {
       ukr_f32<decltype(tb)::value>(p0 + size_t(k0 / 2) * 32, p1 + size_t(k0 / 2) * 32, nkp, a0 + size_t(t0) * a.ld,
                                    size_t(a.ld), C + size_t(t0) * kJobRows);
     });
@@ -541,7 +502,7 @@ bool run_s8(const GemmJob& j) {
         _mm512_store_ps(sc + s * 32 + h * 16, v);
       }
     const int8_t* abase = a.row<int8_t>(j.row0) + k0;
-    for_token_blocks<kTB>(T, [&](int t0, auto tb) {
+    generic::for_token_blocks<kTB>(T, [&](int t0, auto tb) {
       const int32_t* gs = a.group_sum.data() + size_t(j.row0 + t0) * a.num_groups + g0;
       ukr_s8<decltype(tb)::value>(wp[0], wp[1], nkq, pl.seg / 4, abase + size_t(t0) * a.ld, size_t(a.ld),
                                   C + size_t(t0) * kJobRows, sc, gs, size_t(a.num_groups), w.zsym);
@@ -1240,7 +1201,7 @@ void s16_tile(const GemmJob& j) {
     }
     const int16_t* x0 = a.row<int16_t>(j.row0) + k0;
     const float* xs0 = a.group_scale.data() + size_t(j.row0) * a.num_groups + k0 / B;
-    for_token_blocks<kS16TB>(T, [&](int t0, auto tb) {
+    generic::for_token_blocks<kS16TB>(T, [&](int t0, auto tb) {
       for (int h = 0; h < 2; ++h)
         s16_ukr<decltype(tb)::value>(tile + h * (kChunk / 2), kc / 2, bkp, x0 + size_t(t0) * a.ld, size_t(a.ld),
                                      xs0 + size_t(t0) * a.num_groups, size_t(a.num_groups), ws + h * nbm,

@@ -708,7 +708,7 @@ constexpr int kChunk = 256;  // K per decoded tile (16 KB for two panels)
 
 // One activation block of the tile microkernel: TB tokens' int32 sums of one panel (acc[t][hh]: rows
 // 8 hh .. 8 hh + 7) over tile kpairs [kp0, kp1), kp1 > kp0; x: token 0's codes at kpair 0, rows lda
-// apart. Written as inline asm: GCC (12, 13) compiled the intrinsics loop by loading every token's
+// apart. Written as inline asm: GCC 12.2 compiled the intrinsics loop by loading every token's
 // pair first and then spilling half the sums to the stack each kpair (TB = 6: 97 stack accesses, the
 // tile path 1.2-1.4x slower than the fused passes), and a compiler barrier per token kept them in
 // memory. Per kpair: two tile loads, then per token a pair broadcast, two vpmaddwd and two vpaddd:

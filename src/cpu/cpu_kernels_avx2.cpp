@@ -90,6 +90,15 @@ inline PanelPtrs panel_ptrs(const PackedProj& w, const GemmJob& j, int half) {
   return {w.panel(j.e, pn), w.has_zp ? w.zp_panel(j.e, pn) : nullptr, w.group > 0 ? w.gscale_panel(j.e, pn) : nullptr};
 }
 
+// The HP panels a pass walks from panel half0 on, and their prefetch distances.
+template <int HP>
+inline void pass_panels(const PackedProj& w, const GemmJob& j, int half0, PanelPtrs (&pp)[HP], ptrdiff_t (&pf)[HP]) {
+  for (int hp = 0; hp < HP; ++hp) {
+    pp[hp] = panel_ptrs(w, j, half0 + hp);
+    pf[hp] = prefetch_ahead(w, j, half0 + hp, pp[hp].pc);
+  }
+}
+
 // Weight group g's scales of a panel's rows 0-7 / 8-15 (1 without group scales; 0 past the last
 // group, where a segment holds only K padding, zero weights). e4m3_fp16: e4m3 scales (validated
 // finite and > 0) as the fp16 value 2^-8 x theirs, the code in a word's high byte shifted down one.
@@ -388,11 +397,8 @@ void fused_s8(const GemmJob& j, int seg, float* C) {
   // 1.12-1.18x, W4A8 (kVnni4) 0.84-0.97x (AVX2 EPYC, fifteenth session)
   for (int half0 = 0; half0 < 2; half0 += HP) {
     PanelPtrs pp[HP];
-    ptrdiff_t pf[HP];
-    for (int hp = 0; hp < HP; ++hp) {
-      pp[hp] = panel_ptrs(w, j, half0 + hp);
-      pf[hp] = prefetch_ahead(w, j, half0 + hp, pp[hp].pc);  // one line per 64 bytes of codes
-    }
+    ptrdiff_t pf[HP];  // one line per 64 bytes of codes
+    pass_panels(w, j, half0, pp, pf);
     __m256 out[T][2 * HP];
     for (int t = 0; t < T; ++t)
       for (int h = 0; h < 2 * HP; ++h) out[t][h] = _mm256_setzero_ps();
@@ -530,11 +536,8 @@ void fused_s16(const GemmJob& j, float* C) {
   const int zc = kFp4 ? 12 : (CK == CodeKind::kInt8 && w.s8) ? 0 : w.zsym;  // signed int8: the value itself
   for (int half0 = 0; half0 < 2; half0 += HP) {
     PanelPtrs pp[HP];
-    ptrdiff_t pf[HP];
-    for (int hp = 0; hp < HP; ++hp) {
-      pp[hp] = panel_ptrs(w, j, half0 + hp);
-      pf[hp] = prefetch_ahead(w, j, half0 + hp, pp[hp].pc);  // one line per 64 bytes of codes
-    }
+    ptrdiff_t pf[HP];  // one line per 64 bytes of codes
+    pass_panels(w, j, half0, pp, pf);
     __m256 out[T][NH];
     for (int t = 0; t < T; ++t)
       for (int h = 0; h < NH; ++h) out[t][h] = _mm256_setzero_ps();

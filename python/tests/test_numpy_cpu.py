@@ -290,6 +290,25 @@ def test_checkpoint_tensor_errors_name_what_exists(gen):
         ck.layer(2)
 
 
+def test_a_header_quoting_binary_bytes_gives_bad_input(gen, tmp_path):
+    # a header length that runs into the data: the JSON parser's message quotes binary bytes, which
+    # qmoe escapes (a raw byte used to surface as RuntimeError("UnicodeDecodeError ..."))
+    import shutil
+    import struct
+    src = gen("mixtral", "bf16", layers=1, experts=4, hidden=64, intermediate=32, seed=5)
+    dst = tmp_path / "ckpt"
+    shutil.copytree(src, dst)
+    st = next(dst.glob("*.safetensors"))
+    raw = bytearray(st.read_bytes())
+    (n,) = struct.unpack("<Q", raw[:8])
+    raw[:8] = struct.pack("<Q", n + 64)
+    raw[8 + n:8 + n + 4] = b"\xd7\x01\xfe\x80"
+    st.write_bytes(bytes(raw))
+    with pytest.raises(qmoe.BadInputError, match=r"invalid JSON.*\\x") as ei:
+        qmoe.load(str(dst))
+    assert st.name in str(ei.value)
+
+
 # ---- torch CPU tensors (when torch is installed) ---------------------------------------------
 
 def test_torch_cpu_tensors_give_the_numpy_bits(rng):

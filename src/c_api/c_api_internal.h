@@ -41,7 +41,7 @@ qmoe_status_t fence(F&& f) noexcept {
     set_error("internal: out of host memory");
     return QMOE_ERR_INTERNAL;
   } catch (const std::exception& e) {
-    set_error(std::string("internal: ") + e.what());
+    set_error(printable_message(std::string("internal: ") + e.what()));
     return QMOE_ERR_INTERNAL;
   } catch (...) {
     set_error("internal: unknown exception");

@@ -56,7 +56,27 @@ inline std::string random_bytes(size_t n, uint32_t seed) {
   return r;
 }
 
-// Runs `f`, expects a qmoe::Error of `kind` whose one-line message contains every needle.
+// Whether s is well-formed UTF-8 (RFC 3629: no overlongs, no surrogates, <= U+10FFFF), decoded
+// code point by code point.
+inline bool valid_utf8(const std::string& s) {
+  for (size_t i = 0; i < s.size();) {
+    const auto c = static_cast<unsigned char>(s[i]);
+    const int n = c < 0x80 ? 1 : (c & 0xE0) == 0xC0 ? 2 : (c & 0xF0) == 0xE0 ? 3 : (c & 0xF8) == 0xF0 ? 4 : 0;
+    if (n == 0 || i + n > s.size()) return false;
+    uint32_t cp = n == 1 ? c : n == 2 ? (c & 0x1F) : n == 3 ? (c & 0x0F) : (c & 0x07);
+    for (int k = 1; k < n; ++k) {
+      const auto b = static_cast<unsigned char>(s[i + k]);
+      if ((b & 0xC0) != 0x80) return false;
+      cp = (cp << 6) | (b & 0x3F);
+    }
+    const uint32_t min_cp[5] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < min_cp[n] || cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
+    i += size_t(n);
+  }
+  return true;
+}
+
+// Runs `f`, expects a qmoe::Error of `kind` whose one-line message (valid UTF-8) contains every needle.
 inline void expect_error(const std::function<void()>& f, ErrorKind kind, const std::vector<std::string>& needles) {
   try {
     f();
@@ -65,6 +85,7 @@ inline void expect_error(const std::function<void()>& f, ErrorKind kind, const s
     std::string m = e.what();
     EXPECT_EQ(static_cast<int>(e.kind()), static_cast<int>(kind)) << m;
     EXPECT_EQ(m.find('\n'), std::string::npos) << "multi-line message: " << m;
+    EXPECT_TRUE(valid_utf8(m)) << "message is not UTF-8: " << m;
     for (const auto& n : needles) EXPECT_NE(m.find(n), std::string::npos) << "'" << n << "' not in: " << m;
   } catch (const std::exception& e) {
     ADD_FAILURE() << "non-qmoe exception: " << e.what();

@@ -214,7 +214,12 @@ std::vector<BadCase> bad_cases() {
   c.push_back({"metadata not object", st_bytes(R"({"__metadata__":[1]})", ""), ErrorKind::kBadInput, {"__metadata__"}});
   c.push_back({"metadata value not string", st_bytes(R"({"__metadata__":{"format":1}})", ""), ErrorKind::kBadInput,
                {"__metadata__", "'format'"}});
-  c.push_back({"invalid UTF-8", st_bytes("{\"\xff\":1}", ""), ErrorKind::kBadInput, {"invalid JSON"}});
+  c.push_back({"invalid UTF-8", st_bytes("{\"\xff\":1}", ""), ErrorKind::kBadInput, {"invalid JSON", "\\xff"}});
+  // a length that runs into the data section: the parser's "last read" quotes the binary bytes,
+  // which the message escapes (a raw 0xd7 made Python raise UnicodeDecodeError instead)
+  const std::string h4 = hdr1(R"({"dtype":"U8","shape":[4],"data_offsets":[0,4]})");
+  c.push_back({"length into binary data", st_bytes(h4, "\xd7\x01\xfe\x80", int64_t(h4.size()) + 4), ErrorKind::kBadInput,
+               {"invalid JSON", "\\xd7"}});
   c.push_back({"control char in name",
                st_bytes("{\"a\\nb\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,16]}}", d16), ErrorKind::kBadInput,
                {"'a\\x0ab'"}});

@@ -204,6 +204,17 @@ ArchInfo read_arch(const nlohmann::json& config, const std::string& path) {
     a.gate_name = "gate_proj", a.up_name = "up_proj", a.down_name = "down_proj";
     a.fused_experts = true;
   }
+  if (a.arch != "gpt_oss") {
+    // Transformers builds these experts' activation from ACT2FN[hidden_act] (Llama4TextExperts,
+    // MixtralBlockSparseTop2MLP, Qwen3MoeMLP, DeepseekV3MLP); gpt-oss's experts hard-code the clamped
+    // SwiGLU above whatever hidden_act says. A name qmoe does not run is refused, never read as silu.
+    const std::string act = k.opt_str("hidden_act", "silu");
+    if (act == "silu" || act == "swish") a.activation = Activation::kSiluMul;
+    else if (act == "gelu") a.activation = Activation::kGeluMul;  // transformers' "gelu": the exact erf form
+    else
+      unsupported(path, ": hidden_act '", act, "' is not supported: qmoe's experts run 'silu' / 'swish' (silu(gate) x up) ",
+                  "or 'gelu' (the exact erf form, gelu(gate) x up)");
+  }
   if (a.top_k > a.num_experts)
     bad_input(path, ": num_experts_per_tok ", a.top_k, " exceeds the number of experts ", a.num_experts);
   a.router.top_k = a.top_k;

@@ -651,6 +651,34 @@ TEST(ModelsBadInput, UnsupportedSchemeAndMixedGateUpDown) {
   EXPECT_TRUE(has(m, "layer 0") && has(m, "down")) << m;
 }
 
+// The experts' activation follows config.json's hidden_act (transformers' ACT2FN[hidden_act]):
+// gelu runs gelu(gate) x up, a name qmoe does not run is refused (it used to be read as silu), and
+// gpt-oss keeps its clamped SwiGLU whatever hidden_act says.
+TEST(ModelsLoad, HiddenActPicksTheExpertActivation) {
+  ModelScratch s("act");
+  const auto with_act = [&](const std::string& arch, const std::string& name, const nlohmann::json& act) {
+    std::string dir = test::gen_model(s, arch, "bf16", name);
+    nlohmann::json cfg;
+    std::ifstream(dir + "/config.json") >> cfg;
+    nlohmann::json& c = cfg.contains("text_config") ? cfg["text_config"] : cfg;  // llama4: model_type llama4 nests it
+    if (act.is_null()) c.erase("hidden_act");
+    else c["hidden_act"] = act;
+    std::ofstream(dir + "/config.json") << cfg.dump(2);
+    return dir;
+  };
+  EXPECT_EQ(load_model(with_act("mixtral", "gelu", "gelu")).layers[0].config.activation, Activation::kGeluMul);
+  EXPECT_EQ(load_model(with_act("qwen3_moe", "swish", "swish")).layers[0].config.activation, Activation::kSiluMul);
+  EXPECT_EQ(load_model(with_act("deepseek_v3", "none", nullptr)).layers[0].config.activation, Activation::kSiluMul);
+  EXPECT_EQ(load_model(with_act("llama4", "l4gelu", "gelu")).layers[0].config.activation, Activation::kGeluMul);
+  EXPECT_EQ(load_model(with_act("gpt_oss", "oss", "gelu")).layers[0].config.activation, Activation::kSwigluOai);
+  std::string m = load_error(with_act("mixtral", "tanh", "gelu_pytorch_tanh"), ErrorKind::kUnsupported);
+  EXPECT_TRUE(has(m, "config.json") && has(m, "hidden_act 'gelu_pytorch_tanh'")) << m;
+  m = load_error(with_act("qwen3_moe", "relu", "relu"), ErrorKind::kUnsupported);
+  EXPECT_TRUE(has(m, "hidden_act 'relu'")) << m;
+  m = load_error(with_act("mixtral", "num", 3), ErrorKind::kBadInput);
+  EXPECT_TRUE(has(m, "'hidden_act' must be a string")) << m;
+}
+
 TEST(ModelsBadInput, NonMoeTensorsDoNotConfuseTheLoader) {
   ModelScratch s("extra");
   std::string dir = test::gen_model(s, "qwen3_moe", "ct-w8a16");

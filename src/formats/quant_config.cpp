@@ -481,6 +481,57 @@ std::optional<SchemeGroup> preset_scheme(const std::string& name) {
 
 // ---- readers ----------------------------------------------------------------------------------
 
+// compressed-tensors' sparsity_config (a format other than "dense" stores the targeted weights
+// sparse-compressed: bitmask / 2:4 values under other tensor names) and transform_config (Hadamard
+// / matrix transforms; "weight_input" / "weight_output" ones are folded into the stored weights,
+// the others act on activations at run time): the modules they cover become QuantConfig::refusals.
+void read_ct_refusals(const json& qc, const std::string& where, QuantConfig& c) {
+  const auto list = [&](const json& o, const char* key, const std::string& w) {
+    const json* v = find_key(o, key);
+    return v && !v->is_null() ? make_targets(*v, w + "." + key) : std::vector<Target>{};
+  };
+  // no targets: every module (the refusal errs on the loud side)
+  const auto targets = [&](const json& o, const std::string& w) {
+    std::vector<Target> t = list(o, "targets", w);
+    if (t.empty()) t.push_back(make_target("re:.*", w + ".targets"));
+    return t;
+  };
+  if (const json* sp = find_key(qc, "sparsity_config"); sp && !sp->is_null()) {
+    const std::string sw = where + ".sparsity_config";
+    if (!sp->is_object()) bad_input(sw, ": must be an object, got ", sp->type_name());
+    const std::string fmt = opt_string(*sp, "format", sw).value_or("dense");
+    if (!sp->empty() && fmt != "dense")
+      c.refusals.push_back({str(sw, ": format ", qname(fmt)),
+                            "stores its weights sparse-compressed; qmoe reads dense or quantized expert weights",
+                            targets(*sp, sw), list(*sp, "ignore", sw)});
+  }
+  const json* tc = find_key(qc, "transform_config");
+  if (!tc || tc->is_null()) return;
+  const std::string tw = where + ".transform_config";
+  if (!tc->is_object()) bad_input(tw, ": must be an object, got ", tc->type_name());
+  const json* groups = find_key(*tc, "config_groups");
+  if (!groups || groups->is_null()) return;
+  if (!groups->is_object()) bad_input(tw, ".config_groups: must be an object, got ", groups->type_name());
+  for (auto it = groups->begin(); it != groups->end(); ++it) {
+    const std::string gw = tw + ".config_groups." + it.key();
+    if (!it->is_object()) bad_input(gw, ": must be an object, got ", it->type_name());
+    const std::string type = opt_string(*it, "type", gw).value_or("transform");
+    const json* apply = find_key(*it, "apply");
+    if (!apply || apply->is_null()) continue;
+    if (!apply->is_array()) bad_input(gw, ".apply: must be a list, got ", apply->type_name());
+    for (size_t i = 0; i < apply->size(); ++i) {
+      const json& a = (*apply)[i];
+      const std::string aw = str(gw, ".apply[", i, "]");
+      if (!a.is_object()) bad_input(aw, ": must be an object, got ", a.type_name());
+      const std::string loc = get_string(a, "location", aw);
+      if (loc == "weight_input" || loc == "weight_output") continue;  // folded into the stored weights
+      c.refusals.push_back({str(aw, ": a ", qname(type), " transform at location ", qname(loc)),
+                            "acts on activations at run time, which qmoe does not do", targets(a, aw),
+                            list(a, "ignore", aw)});
+    }
+  }
+}
+
 QuantConfig parse_compressed_tensors(const json& qc, const std::string& where) {
   QuantConfig c;
   c.source = QuantSource::kCompressedTensors;
@@ -540,6 +591,7 @@ QuantConfig parse_compressed_tensors(const json& qc, const std::string& where) {
     c.groups.push_back(std::move(g));
   }
   if (const json* ig = find_key(qc, "ignore")) c.ignore = make_targets(*ig, where + ".ignore");
+  read_ct_refusals(qc, where, c);
   return c;
 }
 
@@ -785,6 +837,14 @@ std::optional<ModuleQuant> QuantConfig::resolve(const std::string& module, const
   switch (source) {
     case QuantSource::kNone: return std::nullopt;
     case QuantSource::kCompressedTensors: {
+      const auto any = [&](const std::vector<Target>& ts) {
+        for (auto pass : {Target::kExact, Target::kRegex, Target::kClass})
+          for (const auto& t : ts)
+            if (target_matches(t, pass, module, cls)) return true;
+        return false;
+      };
+      for (const auto& r : refusals)
+        if (any(r.targets) && !any(r.ignore)) unsupported(r.what, " covers ", qname(module), " and ", r.why);
       for (auto pass : {Target::kExact, Target::kRegex, Target::kClass})
         for (const auto& t : ignore)
           if (target_matches(t, pass, module, cls)) return ignored_module(source, "ignore " + qname(t.text));

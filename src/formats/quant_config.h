@@ -75,6 +75,15 @@ struct QuantConfig {
   };
   std::vector<DynamicRule> dynamic;
   bool quantize_lm_head = false;  // GPTQ lm_head
+  // compressed-tensors parts qmoe does not run, over the modules their targets name (and their
+  // ignore lists do not): a sparse-compressed sparsity_config, a transform_config transform applied
+  // to activations at run time ("input" / "output" locations). resolve() refuses such a module.
+  struct Refusal {
+    std::string what;  // "<where>.sparsity_config: format 'sparse-24-bitmask'"
+    std::string why;   // what qmoe would have to do
+    std::vector<Target> targets, ignore;
+  };
+  std::vector<Refusal> refusals;
 
   bool quantized() const { return source != QuantSource::kNone; }
   // The quantization of `module` (a dotted module path) of class `class_name`. nullopt: not

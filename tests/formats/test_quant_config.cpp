@@ -226,6 +226,44 @@ TEST(QuantConfig, CompressedTensorsErrors) {
   }
 }
 
+// compressed-tensors parts qmoe does not run are refused for the modules they cover: a
+// sparse-compressed sparsity_config, a transform_config transform on activations ("input" /
+// "output"); "dense" sparsity and transforms folded into the weights load as before.
+TEST(QuantConfig, SparseCompressionAndOnlineTransformsAreRefused) {
+  const auto with = [](const std::string& extra) {
+    json c = json::parse(kCtW4A16);
+    json e = json::parse(extra);
+    for (auto it = e.begin(); it != e.end(); ++it) c["quantization_config"][it.key()] = it.value();
+    return read(c.dump());
+  };
+  const auto refused = [](const QuantConfig& c, const std::string& module, const std::vector<std::string>& needles) {
+    expect_error([&] { c.resolve(module); }, ErrorKind::kUnsupported, needles);
+  };
+  QuantConfig sp = with(R"({"sparsity_config":{"format":"sparse-24-bitmask","sparsity_structure":"2:4",
+    "targets":["Linear"],"ignore":["lm_head"]}})");
+  refused(sp, kGate, {"/ckpt/config.json", "sparsity_config: format 'sparse-24-bitmask'", "'" + kGate + "'", "sparse-compressed"});
+  EXPECT_TRUE(sp.resolve("lm_head")->ignored);  // the sparsity ignore list spares it
+  EXPECT_EQ(layer_scheme(with(R"({"sparsity_config":{"format":"dense","targets":["Linear"]}})")).kind, SchemeKind::kWNA16);
+  EXPECT_EQ(layer_scheme(with(R"({"sparsity_config":{"format":"sparse-bitmask","targets":["Linear"],
+    "ignore":["re:.*experts.*"]}})")).kind, SchemeKind::kWNA16);
+  refused(with(R"({"sparsity_config":{"format":"marlin-24"}})"), kDown, {"'marlin-24'", "'" + kDown + "'"});  // no targets: all
+
+  const std::string r4 = R"({"transform_config":{"config_groups":{"R4":{"type":"hadamard","apply":[
+    {"targets":["re:.*down_proj$"],"location":"weight_input"},
+    {"targets":["re:.*down_proj$"],"location":"input","inverse":true}]}}}})";
+  QuantConfig t = with(r4);
+  refused(t, kDown, {"transform_config.config_groups.R4.apply[1]", "'hadamard' transform at location 'input'", "'" + kDown + "'"});
+  EXPECT_TRUE(t.resolve(kGate).has_value());  // gate / up: no transform
+  EXPECT_EQ(layer_scheme(with(R"({"transform_config":{"config_groups":{"R1":{"type":"hadamard","apply":[
+    {"targets":["Linear"],"location":"weight_input"},{"targets":["Linear"],"location":"weight_output"}]}}}})")).kind,
+            SchemeKind::kWNA16);
+  EXPECT_EQ(layer_scheme(with(R"({"transform_config":{"config_groups":{"R3":{"type":"hadamard","apply":[
+    {"targets":["Linear"],"location":"output","ignore":["re:.*experts.*"]}]}}}})")).kind, SchemeKind::kWNA16);
+  expect_error([&] { with(R"({"sparsity_config":[1]})"); }, ErrorKind::kBadInput, {"sparsity_config: must be an object"});
+  expect_error([&] { with(R"({"transform_config":{"config_groups":{"x":{"apply":[{"targets":["Linear"]}]}}}})"); },
+               ErrorKind::kBadInput, {"config_groups.x.apply[0]", "location"});
+}
+
 TEST(QuantConfig, MethodErrors) {
   expect_error([] { read(R"({"quantization_config":{"quant_method":"bitsandbytes","load_in_4bit":true}})"); },
                ErrorKind::kUnsupported, {"/ckpt/config.json", "'bitsandbytes'", "supported:"});

@@ -167,9 +167,10 @@ ArchInfo read_arch(const nlohmann::json& config, const std::string& path) {
     a.top_k = k.opt_int("num_experts_per_tok", 8, 1);
     a.intermediate = k.need_int("moe_intermediate_size");
     a.dense_intermediate = k.opt_int("intermediate_size", a.intermediate, 1);
-    int n_shared = k.opt_int("n_shared_experts", 0, 0);
+    // absent keys take transformers' DeepseekV3Config defaults, which is what the model runs with
+    int n_shared = k.opt_int("n_shared_experts", 1, 0);
     a.shared_intermediate = n_shared * a.intermediate;  // the shared experts are one MLP of n_shared * I
-    int first_dense = k.opt_int("first_k_dense_replace", 0, 0);
+    int first_dense = k.opt_int("first_k_dense_replace", 3, 0);
     int freq = k.opt_int("moe_layer_freq", 1, 1);
     for (int l = 0; l < a.num_layers; ++l)
       if (l >= first_dense && l % freq == 0) a.moe_layers.push_back(l);
@@ -178,9 +179,9 @@ ArchInfo read_arch(const nlohmann::json& config, const std::string& path) {
     if (scoring != "sigmoid" && scoring != "softmax")
       bad_input(path, ": scoring_func '", scoring, "' is not sigmoid or softmax");
     a.router.grouped_sigmoid = scoring == "sigmoid";
-    a.router.num_groups = k.opt_int("n_group", 1, 1);
-    a.router.topk_group = k.opt_int("topk_group", 1, 1);
-    a.router.routed_scaling_factor = static_cast<float>(k.opt_num("routed_scaling_factor", 1.0));
+    a.router.num_groups = k.opt_int("n_group", 8, 1);
+    a.router.topk_group = k.opt_int("topk_group", 4, 1);
+    a.router.routed_scaling_factor = static_cast<float>(k.opt_num("routed_scaling_factor", 2.5));
     a.router.renormalize = k.opt_bool("norm_topk_prob", true);
     if (a.num_experts % a.router.num_groups != 0)
       bad_input(path, ": n_routed_experts ", a.num_experts, " is not a multiple of n_group ", a.router.num_groups);

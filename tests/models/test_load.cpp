@@ -159,6 +159,23 @@ TEST(ModelsLoad, RouterConfigsFromConfigJson) {
   EXPECT_EQ(q.layers[0].router_weight.shape(), Shape({8, 256}));
 }
 
+// A deepseek_v3 config.json without the routing keys reads transformers' DeepseekV3Config defaults
+// (n_group 8, topk_group 4, routed_scaling_factor 2.5, one shared expert), not neutral values.
+TEST(ModelsLoad, DeepseekRoutingKeysDefaultAsTransformersDoes) {
+  ModelScratch s("dsdef");
+  std::string dir = test::gen_model(s, "deepseek_v3", "bf16", "ds");
+  nlohmann::json cfg;
+  std::ifstream(dir + "/config.json") >> cfg;
+  for (const char* key : {"n_group", "topk_group", "routed_scaling_factor"}) ASSERT_TRUE(cfg.erase(key)) << key;
+  std::ofstream(dir + "/config.json") << cfg.dump(2);
+  Model d = load_model(dir);
+  const RouterConfig& r = d.layers[0].config.router;
+  EXPECT_EQ(r.num_groups, 8);
+  EXPECT_EQ(r.topk_group, 4);
+  EXPECT_FLOAT_EQ(r.routed_scaling_factor, 2.5f);
+  ASSERT_TRUE(d.layers[0].shared_expert.has_value());
+}
+
 // The same weights through compressed-tensors (divide by weight_global_scale) and ModelOpt
 // (multiply by weight_scale_2) give the same canonical multiplier.
 TEST(ModelsLoad, Nvfp4GlobalScaleConventionsAgree) {

@@ -200,7 +200,7 @@ Tensor gptq_unpack_qweight(const Tensor& qweight, int bits, int64_t K) {
   return r;
 }
 
-Tensor gptq_pack_qzeros(const Tensor& zeros, int bits) {
+Tensor gptq_pack_qzeros(const Tensor& zeros, int bits, bool v1) {
   check_gptq_bits(bits, "gptq_pack_qzeros");
   check_dtype(zeros, DType::kU8, "gptq_pack_qzeros");
   check_rank(zeros, 2, "gptq_pack_qzeros");
@@ -213,16 +213,20 @@ Tensor gptq_pack_qzeros(const Tensor& zeros, int bits) {
       for (int64_t j = 0; j < per; ++j) {
         const int64_t n = w * per + j;
         const int z = zeros.data<uint8_t>()[n * G + g];
-        QMOE_CHECK(z >= 1 && z <= (1 << bits), kBadInput, "gptq_pack_qzeros: zero point ", z, " at [", n, ", ", g,
-                   "] cannot be stored as zero - 1 in ", bits, " bits (GPTQ v1 needs 1 .. ", 1 << bits, ")");
-        v |= static_cast<uint32_t>(z - 1) << (bits * j);
+        if (v1)
+          QMOE_CHECK(z >= 1 && z <= (1 << bits), kBadInput, "gptq_pack_qzeros: zero point ", z, " at [", n, ", ", g,
+                     "] cannot be stored as zero - 1 in ", bits, " bits (GPTQ v1 needs 1 .. ", 1 << bits, ")");
+        else
+          QMOE_CHECK(z < (1 << bits), kBadInput, "gptq_pack_qzeros: zero point ", z, " at [", n, ", ", g,
+                     "] does not fit ", bits, " bits (GPTQ v2 stores 0 .. ", (1 << bits) - 1, ")");
+        v |= static_cast<uint32_t>(v1 ? z - 1 : z) << (bits * j);
       }
       r.data_mut<int32_t>()[g * (N / per) + w] = static_cast<int32_t>(v);
     }
   return r;
 }
 
-Tensor gptq_unpack_qzeros(const Tensor& qzeros, int bits, int64_t N) {
+Tensor gptq_unpack_qzeros(const Tensor& qzeros, int bits, int64_t N, bool v1) {
   check_gptq_bits(bits, "gptq_unpack_qzeros");
   check_dtype(qzeros, DType::kI32, "gptq_unpack_qzeros");
   check_rank(qzeros, 2, "gptq_unpack_qzeros");
@@ -233,8 +237,9 @@ Tensor gptq_unpack_qzeros(const Tensor& qzeros, int bits, int64_t N) {
   const uint32_t mask = (1u << bits) - 1u;
   for (int64_t g = 0; g < G; ++g)
     for (int64_t n = 0; n < N; ++n) {
-      const uint32_t z = ((word_at(qzeros, g * (N / per) + n / per) >> (bits * (n % per))) & mask) + 1u;  // v1: +1
-      QMOE_CHECK(z <= 255u, kBadInput, "gptq_unpack_qzeros: stored zero ", z - 1, " at group ", g, ", column ", n,
+      const uint32_t stored = (word_at(qzeros, g * (N / per) + n / per) >> (bits * (n % per))) & mask;
+      const uint32_t z = stored + (v1 ? 1u : 0u);  // v1: zero - 1 stored
+      QMOE_CHECK(z <= 255u, kBadInput, "gptq_unpack_qzeros: stored zero ", stored, " at group ", g, ", column ", n,
                  " reads as ", z, ", which does not fit the U8 zero point");
       r.data_mut<uint8_t>()[n * G + g] = static_cast<uint8_t>(z);
     }

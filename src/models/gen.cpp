@@ -56,6 +56,7 @@ const std::vector<GenFormat>& gen_formats() {
       {"modelopt-w4a16-nvfp4", "ModelOpt W4A16_NVFP4 (nvfp4 weights, bf16 activations)", kNoGptOss},
       {"gptq", "GPTQ int4 group 128 symmetric (qweight / qzeros / scales / g_idx, fp16 scales)", kPerExpert},
       {"gptq-asym", "GPTQ int4 group 128 asymmetric (sym false: qzeros hold zero - 1, format v1)", kPerExpert},
+      {"gptq-v2", "GPTQ int4 group 128 asymmetric, checkpoint_format gptq_v2 (qzeros hold the zero itself)", kPerExpert},
       {"awq", "AWQ int4 group 128 with zero points (GEMM layout, fp16 scales)", kPerExpert},
       {"deepseek-fp8", "DeepSeek-V3 style fp8 128x128 blocks with weight_scale_inv (quant_method fp8)",
        {"mixtral", "qwen3_moe", "deepseek_v3"}},
@@ -127,11 +128,11 @@ Plan make_plan(const std::string& fmt, const std::string& arch) {
     p.modelopt_in_config = fmt == "modelopt-nvfp4-cfg";
     p.module = ModuleFormat::kModeloptNvfp4;
     if (llama4) p.fused = "nvfp4";
-  } else if (fmt == "gptq" || fmt == "gptq-asym" || fmt == "awq") {
+  } else if (fmt == "gptq" || fmt == "gptq-asym" || fmt == "gptq-v2" || fmt == "awq") {
     s.kind = SchemeKind::kWNA16, s.bits = 4, s.group_size = 128, s.symmetric = fmt == "gptq";
     s.scale_dtype = DType::kF16;  // AutoGPTQ / AutoAWQ write fp16 scales
     p.family = fmt == "awq" ? "awq" : "gptq";
-    p.module = fmt == "awq" ? ModuleFormat::kAwq : ModuleFormat::kGptq;
+    p.module = fmt == "awq" ? ModuleFormat::kAwq : fmt == "gptq-v2" ? ModuleFormat::kGptqV2 : ModuleFormat::kGptq;
   } else if (fmt == "deepseek-fp8") {
     s.kind = SchemeKind::kFP8W8A8, s.fp8_strategy = Strategy::kBlock, s.act = ActQuant::kFP8Group128;
     p.family = "fp8", p.module = ModuleFormat::kDeepseekFp8;
@@ -394,7 +395,7 @@ void generate_checkpoint(const GenOptions& o) {
   if (spec.kind == SchemeKind::kMXFP4A16) need(32, "mxfp4 groups of 32");
   if (spec.kind == SchemeKind::kFP8W8A8 && spec.fp8_strategy == Strategy::kBlock && z.I % 128)
     bad_input("gen: format ", o.format, " needs --intermediate to be a multiple of 128 (gate and up blocks of 128 rows)");
-  if (plan.module == ModuleFormat::kGptq || plan.module == ModuleFormat::kAwq || spec.bits == 4) need(8, "int4 packing");
+  if (plan.module == ModuleFormat::kGptq || plan.module == ModuleFormat::kGptqV2 || plan.module == ModuleFormat::kAwq || spec.bits == 4) need(8, "int4 packing");
   if (o.arch == "gpt_oss" && z.I % 2) bad_input("gen: gpt_oss needs an even --intermediate");
 
   ArchInfo info;  // names only: built from the config we are about to write
@@ -548,7 +549,7 @@ void generate_checkpoint(const GenOptions& o) {
   } else if (plan.family == "gptq") {
     qcfg["quantization_config"] = {{"quant_method", "gptq"}, {"bits", 4}, {"group_size", 128}, {"desc_act", false},
                                    {"sym", spec.symmetric}, {"damp_percent", 0.01}, {"true_sequential", true},
-                                   {"checkpoint_format", "gptq"}};
+                                   {"checkpoint_format", plan.module == ModuleFormat::kGptqV2 ? "gptq_v2" : "gptq"}};
   } else if (plan.family == "awq") {
     qcfg["quantization_config"] = {{"quant_method", "awq"}, {"bits", 4}, {"group_size", 128}, {"zero_point", true},
                                    {"version", "gemm"}, {"modules_to_not_convert", nullptr}};

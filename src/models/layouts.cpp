@@ -21,6 +21,7 @@ const char* module_format_name(ModuleFormat f) {
     case ModuleFormat::kModeloptFp8: return "modelopt fp8";
     case ModuleFormat::kModeloptNvfp4: return "modelopt nvfp4";
     case ModuleFormat::kGptq: return "gptq";
+    case ModuleFormat::kGptqV2: return "gptq_v2";
     case ModuleFormat::kAwq: return "awq";
     case ModuleFormat::kDeepseekFp8: return "deepseek fp8 (weight_scale_inv)";
   }
@@ -288,9 +289,10 @@ ProjWeights decode_module(const ModuleRef& m, ModuleFormat f, const MoeScheme& s
       break;
     }
     case ModuleFormat::kGptq:
+    case ModuleFormat::kGptqV2:
     case ModuleFormat::kAwq: {
       const int b = scheme.weights.num_bits;
-      const bool gptq = f == ModuleFormat::kGptq;
+      const bool gptq = f != ModuleFormat::kAwq;
       if (!gptq && b != 4) unsupported(m.what, ": AWQ with ", b, "-bit weights (AWQ is 4-bit)");
       if (b != 4 && b != 8) unsupported(m.what, ": GPTQ with ", b, "-bit weights (qmoe runs 4 and 8)");
       const int64_t per = 32 / b;
@@ -310,9 +312,21 @@ ProjWeights decode_module(const ModuleRef& m, ModuleFormat f, const MoeScheme& s
       r.scale = add_e(transpose_last2(sc));  // [N, ng], dtype as stored
       if (N % per) bad_input(m.what, ": output size ", N, " is not a multiple of ", per, " (qzeros packing)");
       Tensor qz = fetch(ck, p + "qzeros", {DType::kI32}, {ng, N / per}, ctx("qzeros"), "groups x out*bits/32");
+      Tensor z = gptq ? formats::gptq_unpack_qzeros(qz, b, N, f == ModuleFormat::kGptq)
+                      : formats::awq_unpack_qzeros(qz, N);  // U8 [N, ng]
       if (!scheme.weights.symmetric) {
-        Tensor z = gptq ? formats::gptq_unpack_qzeros(qz, b, N) : formats::awq_unpack_qzeros(qz, N);  // U8 [N, ng]
         r.zero_point = add_e(z);
+      } else {
+        // symmetric: the kernels take the zero 2^(b-1) (Marlin's uint4b8 / uint8b128) and never read
+        // qzeros, so a file whose qzeros say otherwise would run with zeros it does not hold
+        const int zs = 1 << (b - 1);
+        const uint8_t* zd = z.data<uint8_t>();
+        for (int64_t i = 0; i < N * ng; ++i)
+          if (zd[i] != zs)
+            bad_input(ck.info(p + "qzeros").file, ": tensor ", p, "qzeros (", m.what, "): zero point ", int(zd[i]),
+                      " at column ", i / ng, ", group ", i % ng, ", but the quantization config says symmetric (zero ", zs,
+                      gptq ? (f == ModuleFormat::kGptq ? ", stored as zero - 1 in GPTQ v1" : ", stored as is in GPTQ v2") : "",
+                      ")");
       }
       if (gptq && ck.has(p + "g_idx")) {
         Tensor gi = fetch(ck, p + "g_idx", {DType::kI32}, {K}, ctx("g_idx"));
@@ -459,6 +473,7 @@ void encode_module(const TensorSink& out, const std::string& prefix, ModuleForma
       break;
     }
     case ModuleFormat::kGptq:
+    case ModuleFormat::kGptqV2:
     case ModuleFormat::kAwq: {
       Tensor codes = codes_from_canonical(rows_of(pw.weight, e, r0, r1), b, K);  // [N, K]
       const int64_t ng = G > 0 ? (K + G - 1) / G : 1;
@@ -470,9 +485,9 @@ void encode_module(const TensorSink& out, const std::string& prefix, ModuleForma
         memset(zp.raw_mut(), 1 << (b - 1), zp.nbytes());
       }
       out(p + "scales", transpose_last2(rows_of(pw.scale, e, r0, r1)));
-      if (f == ModuleFormat::kGptq) {
+      if (f != ModuleFormat::kAwq) {
         out(p + "qweight", formats::gptq_pack_qweight(codes, b));
-        out(p + "qzeros", formats::gptq_pack_qzeros(zp, b));
+        out(p + "qzeros", formats::gptq_pack_qzeros(zp, b, f == ModuleFormat::kGptq));
         Tensor gi(DType::kI32, {K});
         for (int64_t k = 0; k < K; ++k)
           gi.data_mut<int32_t>()[k] = pw.g_idx.defined() ? pw.g_idx.data<int32_t>()[e * K + k]

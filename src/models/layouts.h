@@ -24,6 +24,7 @@ enum class ModuleFormat {
   kModeloptFp8,    // ModelOpt FP8 / FP8_PER_CHANNEL_PER_TOKEN / FP8_PB_WO
   kModeloptNvfp4,  // ModelOpt NVFP4 / W4A16_NVFP4 (global scale: multiply)
   kGptq,           // qweight [K/8, N], qzeros (zero - 1), scales [G, N], g_idx
+  kGptqV2,         // the same with qzeros holding the zero itself (checkpoint_format gptq_v2)
   kAwq,            // qweight [K, N/8] interleaved, qzeros, scales [G, N]
   kDeepseekFp8,    // weight F8_E4M3, weight_scale_inv F32 [ceil(N/128), ceil(K/128)]
 };

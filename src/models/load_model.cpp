@@ -33,6 +33,7 @@ ModuleFormat module_format(const MoeScheme& s, const std::string& where) {
     return (s.kind == SchemeKind::kNVFP4 || s.kind == SchemeKind::kNVFP4A16) ? ModuleFormat::kModeloptNvfp4
                                                                               : ModuleFormat::kModeloptFp8;
   if (f == "gptq") return ModuleFormat::kGptq;
+  if (f == "gptq_v2") return ModuleFormat::kGptqV2;
   if (f == "awq") return ModuleFormat::kAwq;
   if (f == "fp8") return ModuleFormat::kDeepseekFp8;
   unsupported(where, ": scheme ", s.key(), " stored as '", f, "' has no per-expert layout in qmoe (supported: "

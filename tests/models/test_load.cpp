@@ -17,6 +17,7 @@
 #include "common/tensor_check.h"
 #include "cpu/ref/quantize.h"
 #include "dispatch/select.h"
+#include "formats/packing.h"
 #include "models/layouts.h"
 #include "models/slicing.h"
 #include "qmoe/model.h"
@@ -506,6 +507,38 @@ TEST(ModelsLoad, GptqAsymmetricRoundTrip) {
   }
 }
 
+// checkpoint_format gptq_v2 stores the zero itself in qzeros (v1: zero - 1): the same quantized
+// weights through both load to the same canonical tensors, and v2 stores a zero point of 0.
+TEST(ModelsLoad, GptqV2ZerosAreStoredAsIs) {
+  ModelScratch s("gptq_v2");
+  std::string v1 = test::gen_model(s, "qwen3_moe", "gptq-asym", "v1");
+  std::string v2 = test::gen_model(s, "qwen3_moe", "gptq-v2", "v2");
+  nlohmann::json cfg;
+  std::ifstream(v2 + "/config.json") >> cfg;
+  EXPECT_EQ(cfg["quantization_config"]["checkpoint_format"], "gptq_v2");
+  auto c1 = CheckpointDir::open(v1), c2 = CheckpointDir::open(v2);
+  const std::string qz = "model.layers.0.mlp.experts.0.gate_proj.qzeros";
+  Tensor z1 = c1->get(qz), z2 = c2->get(qz);
+  ASSERT_EQ(z1.shape(), z2.shape());
+  for (int64_t i = 0; i < z1.numel(); ++i)  // every nibble one higher (no carries: v1 nibbles are <= 14 here)
+    EXPECT_EQ(uint32_t(z2.data<int32_t>()[i]), uint32_t(z1.data<int32_t>()[i]) + 0x11111111u) << i;
+  Model m1 = load_model(v1), m2 = load_model(v2);
+  ASSERT_EQ(m1.layers.size(), m2.layers.size());
+  for (size_t l = 0; l < m1.layers.size(); ++l)
+    for (auto pr : {&ExpertWeights::w13, &ExpertWeights::w2}) {
+      const ProjWeights &a = m1.layers[l].experts.*pr, &b = m2.layers[l].experts.*pr;
+      for (auto t : {&ProjWeights::weight, &ProjWeights::scale, &ProjWeights::zero_point}) {
+        ASSERT_EQ((a.*t).shape(), (b.*t).shape());
+        EXPECT_EQ(0, memcmp((a.*t).raw(), (b.*t).raw(), (a.*t).nbytes()));
+      }
+    }
+  // a zero point of 0 fits v2 (v1 cannot store it)
+  Tensor zero(DType::kU8, {8, 1});
+  std::memset(zero.raw_mut(), 0, zero.nbytes());
+  EXPECT_EQ(formats::gptq_pack_qzeros(zero, 4, false).data<int32_t>()[0], 0);
+  EXPECT_THROW(formats::gptq_pack_qzeros(zero, 4, true), Error);
+}
+
 // ModelOpt's newer quantization_config in config.json (quant_method "modelopt", ignore,
 // config_groups) loads exactly as the legacy hf_quant_config.json of the same weights.
 TEST(ModelsLoad, ModeloptConfigJsonEqualsLegacyFile) {
@@ -666,6 +699,36 @@ TEST(ModelsBadInput, UnsupportedSchemeAndMixedGateUpDown) {
   std::ofstream(d2 + "/config.json") << cfg.dump(2);
   m = load_error(d2, ErrorKind::kUnsupported);
   EXPECT_TRUE(has(m, "layer 0") && has(m, "down")) << m;
+}
+
+// A symmetric GPTQ / AWQ config with qzeros that are not the symmetric zero (the kernels take
+// 2^(b-1) and never read qzeros) is refused, naming the tensor, the column and the group.
+TEST(ModelsBadInput, SymmetricConfigWithOtherZeros) {
+  ModelScratch s("gptq_sym");
+  for (const char* fmt : {"gptq", "awq"}) {
+    SCOPED_TRACE(fmt);
+    std::string dir = test::gen_model(s, "mixtral", fmt, fmt);
+    if (std::string(fmt) == "awq") {  // AWQ's symmetric form: zero_point false
+      nlohmann::json cfg;
+      std::ifstream(dir + "/config.json") >> cfg;
+      cfg["quantization_config"]["zero_point"] = false;
+      std::ofstream(dir + "/config.json") << cfg.dump(2);
+      // the generated AWQ file is asymmetric: its zeros are not all 8
+      std::string m = load_error(dir);
+      EXPECT_TRUE(has(m, "w1.qzeros") && has(m, "says symmetric (zero 8)")) << m;
+      continue;
+    }
+    ASSERT_NO_THROW(load_model(dir));
+    const std::string name = "model.layers.1.block_sparse_moe.experts.3.w2.qzeros";
+    test::edit_checkpoint(dir, [&](std::vector<test::EditTensor>& ts) {
+      if (test::EditTensor* e = test::find_tensor(ts, name)) {  // column 1 of group 0 stores 3: zero 4
+        const uint32_t w = 0x77777737u;
+        memcpy(e->bytes.data(), &w, 4);
+      }
+    });
+    std::string m = load_error(dir);
+    EXPECT_TRUE(has(m, name) && has(m, "zero point 4 at column 1, group 0") && has(m, "stored as zero - 1 in GPTQ v1")) << m;
+  }
 }
 
 // The experts' activation follows config.json's hidden_act (transformers' ACT2FN[hidden_act]):

@@ -56,10 +56,10 @@ Tensor ct_unpack_int32_dim0(const Tensor& packed, int bits, int64_t N);
 // GPTQ qweight: U8 [N, K] codes -> I32 [K*bits/32, N]; and back (K given).
 Tensor gptq_pack_qweight(const Tensor& codes, int bits);
 Tensor gptq_unpack_qweight(const Tensor& qweight, int bits, int64_t K);
-// GPTQ qzeros: U8 [N, G] zero points (1 .. 2^bits, stored minus 1) -> I32 [G, N*bits/32]; and back
-// (the +1 applied: a stored 2^bits - 1 reads as 2^bits, which 8-bit U8 cannot hold: kBadInput).
+// GPTQ qzeros: U8 [N, G] zero points -> I32 [G, N*bits/32]; and back. v1 (checkpoint_format gptq)
+// stores zero - 1 (zeros 1 .. 2^bits; the +1 applied on reading: a stored 2^bits - 1 reads as
+// 2^bits, which 8-bit U8 cannot hold: kBadInput), v2 (gptq_v2) the zero itself (0 .. 2^bits - 1).
 Tensor gptq_pack_qzeros(const Tensor& zeros, int bits, bool v1 = true);
-// v1 (checkpoint_format gptq) stores zero - 1, v2 (gptq_v2) the zero itself.
 Tensor gptq_unpack_qzeros(const Tensor& qzeros, int bits, int64_t N, bool v1 = true);
 
 // AWQ qweight: U8 [N, K] 4-bit codes -> I32 [K, N/8]; and back (N given).

@@ -395,7 +395,9 @@ void generate_checkpoint(const GenOptions& o) {
   if (spec.kind == SchemeKind::kMXFP4A16) need(32, "mxfp4 groups of 32");
   if (spec.kind == SchemeKind::kFP8W8A8 && spec.fp8_strategy == Strategy::kBlock && z.I % 128)
     bad_input("gen: format ", o.format, " needs --intermediate to be a multiple of 128 (gate and up blocks of 128 rows)");
-  if (plan.module == ModuleFormat::kGptq || plan.module == ModuleFormat::kGptqV2 || plan.module == ModuleFormat::kAwq || spec.bits == 4) need(8, "int4 packing");
+  if (plan.module == ModuleFormat::kGptq || plan.module == ModuleFormat::kGptqV2 || plan.module == ModuleFormat::kAwq ||
+      spec.bits == 4)
+    need(8, "int4 packing");
   if (o.arch == "gpt_oss" && z.I % 2) bad_input("gen: gpt_oss needs an even --intermediate");
 
   ArchInfo info;  // names only: built from the config we are about to write

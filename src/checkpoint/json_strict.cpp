@@ -19,23 +19,9 @@ struct StrictViolation {
 }  // namespace
 
 std::string qname(std::string_view name) {
-  std::string r = "'";
-  size_t n = 0;
-  for (unsigned char c : name) {
-    if (++n > 200) {
-      r += "...";
-      break;
-    }
-    if (c < 0x20 || c == 0x7f) {
-      static const char* hex = "0123456789abcdef";
-      r += "\\x";
-      r += hex[c >> 4];
-      r += hex[c & 15];
-    } else {
-      r += static_cast<char>(c);
-    }
-  }
-  return r + "'";
+  // at most 200 bytes, escaped as every error message is (error.h printable_message)
+  const bool cut = name.size() > 200;
+  return "'" + printable_message(std::string(name.substr(0, 200))) + (cut ? "..." : "") + "'";
 }
 
 nlohmann::json parse_json_strict(std::string_view text, const std::string& what) {

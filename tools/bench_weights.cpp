@@ -32,7 +32,7 @@ std::optional<BenchShape> bench_shape(const std::string& s) {
 
 std::string bench_scheme_names() {
   return "bf16, int4 (W4A16 g128), int4-g32, int4-ch (W4A16 channel), int8 (W8A16 channel), fp8 (W8A8 channel/token), fp8-block "
-         "(128x128 / 1x128), w8a8-int8, w4a8-int8, w4a8-fp8, nvfp4 (W4A4), nvfp4a16, mxfp4";
+         "(128x128 / 1x128), fp8-a16 (FP8 weight-only, channel), w8a8-int8, w4a8-int8, w4a8-fp8, nvfp4 (W4A4), nvfp4a16, mxfp4";
 }
 
 std::optional<BenchScheme> bench_scheme(const std::string& n) {
@@ -45,12 +45,13 @@ std::optional<BenchScheme> bench_scheme(const std::string& n) {
     s.kind = SchemeKind::kWNA16;
     s.bits = n == "int8" ? 8 : 4;
     s.group_size = n == "int4" ? 128 : n == "int4-g32" ? 32 : 0;
-  } else if (n == "fp8" || n == "fp8-block") {
-    s.kind = SchemeKind::kFP8W8A8;
-    s.fp8_strategy = n == "fp8" ? Strategy::kChannel : Strategy::kBlock;
-    s.act = n == "fp8" ? ActQuant::kFP8Token : ActQuant::kFP8Group128;
+  } else if (n == "fp8" || n == "fp8-block" || n == "fp8-a16") {
+    const bool a16 = n == "fp8-a16";  // weight-only: channel weights, bf16 activations (bf16 operands)
+    s.kind = a16 ? SchemeKind::kFP8A16 : SchemeKind::kFP8W8A8;
+    s.fp8_strategy = n == "fp8-block" ? Strategy::kBlock : Strategy::kChannel;
+    s.act = a16 ? ActQuant::kNone : n == "fp8" ? ActQuant::kFP8Token : ActQuant::kFP8Group128;
     s.scale_dtype = DType::kF32;
-    b.fp8 = true;
+    b.fp8 = !a16;
   } else if (n == "w8a8-int8") {
     s.kind = SchemeKind::kINT8W8A8;
     s.bits = 8;

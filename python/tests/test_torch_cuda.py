@@ -87,6 +87,27 @@ def test_fused_experts_bf16_on_cuda_matches_oracle(gen_t, m):
     assert torch.equal(y_host.view(torch.int16), y.cpu().view(torch.int16))
 
 
+@pytest.mark.parametrize("m", [1, 5, 64, 300])
+def test_fp8_weight_only_on_cuda_matches_oracle(gen_t, m):
+    # FP8 weight-only (e4m3 codes, one fp32 scale per output channel, bf16 activations): the CUDA
+    # backend multiplies the codes as exact bf16 operands and scales the fp32 sums, so the result is
+    # the bf16 layer's on the dequantized weights (codes x scale in float64) within the oracle's bound
+    E, H, I, K = 6, 256, 136, 2
+    codes1 = rand_signed(gen_t, (E, 2 * I, H), 0.02, 1.0).to(torch.float8_e4m3fn)
+    codes2 = rand_signed(gen_t, (E, H, I), 0.02, 1.0).to(torch.float8_e4m3fn)
+    s1 = (torch.rand((E, 2 * I, 1), generator=gen_t) * 0.2 + 0.05).to(DEV)
+    s2 = (torch.rand((E, H, 1), generator=gen_t) * 0.2 + 0.05).to(DEV)
+    x = rand_signed(gen_t, (m, H), 0.1, 1.5, torch.bfloat16)
+    w, ids = qmoe.route(rand_signed(gen_t, (m, E), 0.05, 2.0), top_k=K, renormalize=True)
+    y = qmoe.fused_experts(x, codes1, codes2, w, ids, scheme="fp8_a16", per_channel_quant=True, w1_scale=s1,
+                           w2_scale=s2)
+    assert y.is_cuda and y.dtype == torch.bfloat16 and y.shape == (m, H)
+    w13 = f64(codes1) * f64(s1)
+    w2d = f64(codes2) * f64(s2)
+    yref, bound = orc.moe(f64(x), w13, w2d, w.cpu().numpy(), ids.cpu().numpy())
+    assert_within(y, yref, bound, f"fp8 weight-only on cuda, M={m}")
+
+
 def test_the_callers_stream_orders_inputs_and_outputs(gen_t):
     E, H, I = 8, 512, 256
     w1 = rand_signed(gen_t, (E, 2 * I, H), 0.02, 0.2, torch.bfloat16)

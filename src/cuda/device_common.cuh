@@ -88,6 +88,7 @@ struct BF16 {
   // e4m3 bits placed in the high byte of each 16-bit half -> bf16 bits of value * 2^-120.
   static constexpr int kFp8Shift = 4;
   static constexpr uint32_t kFp8Fix = 0x7B807B80u;  // bf16 2^120 in both halves
+  static constexpr uint32_t kNaN2 = 0x7FC07FC0u;    // a NaN in both halves (OR-ed into any value)
 };
 struct F16 {
   using T = __half;
@@ -112,6 +113,7 @@ struct F16 {
   __device__ static uint32_t out_pack(float lo, float hi) { return pack(lo, hi); }
   static constexpr int kFp8Shift = 1;
   static constexpr uint32_t kFp8Fix = 0x5C005C00u;  // fp16 2^8
+  static constexpr uint32_t kNaN2 = 0x7E007E00u;    // a NaN in both halves (OR-ed into any value)
 };
 // fp16 operands, bf16 results: fp8 W8A8 (e4m3 weights x e4m3-quantized activations) of a bf16
 // model on the mma.sync kernels. Every e4m3 value (2^-9 .. 448) is exact in fp16 as in bf16, so
@@ -124,11 +126,17 @@ struct F16B : F16 {
   __device__ static OutT out_f(float f) { return __float2bfloat16_rn(f); }
   __device__ static uint32_t out_pack(float lo, float hi) { return BF16::pack(lo, hi); }
 };
+// Launch tag (never an operand type): a bf16 model whose fp8 weights meet 16-bit activations (FP8
+// weight-only, GemmParams::a16). Its A rows are the bf16 activations themselves, which fp16 does not
+// hold exactly, so its fp8 kernels run on bf16 operands (OperandOf below).
+struct BF16A16 : BF16 {};
 template <class Op> constexpr bool kF16Operands = std::is_same_v<Op, F16> || std::is_same_v<Op, F16B>;
-// Operand type of the mma.sync kernels for weights F of a model whose dtype is Op's: fp8 (always
-// W8A8 on CUDA: FP8A16 is refused) runs on fp16 operands, its A rows fp16 values (ActPrep::q_f16).
+// Operand type of the mma.sync kernels for weights F of a model whose dtype is Op's: fp8 W8A8 runs
+// on fp16 operands, its A rows fp16 values (ActPrep::q_f16); fp8 weight-only of a bf16 model
+// (BF16A16) on bf16 operands, like every other format of a bf16 model.
 template <class Op, WFmt F>
-using OperandOf = std::conditional_t<F == WFmt::kFP8 && std::is_same_v<Op, BF16>, F16B, Op>;
+using OperandOf = std::conditional_t<std::is_same_v<Op, BF16A16>, BF16,
+                                     std::conditional_t<F == WFmt::kFP8 && std::is_same_v<Op, BF16>, F16B, Op>>;
 
 // ---- async copies, ldmatrix, mma ---------------------------------------------------------------
 __device__ __forceinline__ uint32_t smem_u32(const void* p) {
@@ -204,6 +212,28 @@ __device__ __forceinline__ uint32_t dq_fp8_pair(uint32_t w, int b) {
   uint32_t t = __byte_perm(w, 0u, b == 0 ? 0x1404 : 0x3424);
   uint32_t r = (t & 0x80008000u) | ((t & 0x7F007F00u) >> Op::kFp8Shift);
   return Op::mul2(r, Op::kFp8Fix);  // times 2^(bias difference): exact, subnormals included
+}
+// fp8 e4m3 weight codes: as dq_fp8_pair, and the NaN code (S.1111.111 in e4m3fn, which has no
+// infinities) gives NaN, as in the reference's decode (a checkpoint may hold it; the CPU kernels
+// keep it too, PackedProj::fp8_nan). The bit shuffle reads that code as 480, so: fp16 operands on
+// sm_89+ take the hardware conversion as dq_fp8_pair does; bf16 operands (FP8 weight-only of a bf16
+// model) take it too and then fp32 (e4m3 -> fp16 -> fp32 -> bf16: every e4m3 value and NaN is exact
+// in each); older GPUs mark the NaN lanes after the shuffle.
+template <class Op>
+__device__ __forceinline__ uint32_t dq_fp8_weight_pair(uint32_t w, int b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  if constexpr (!kF16Operands<Op>) {
+    uint32_t h2;
+    const uint16_t pair = static_cast<uint16_t>(b == 0 ? w : w >> 16);
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(h2) : "h"(pair));
+    const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h2));
+    return Op::pack(f.x, f.y);
+  }
+  return dq_fp8_pair<Op>(w, b);
+#else
+  const uint32_t t = __byte_perm(w, 0u, b == 0 ? 0x1404 : 0x3424) & 0x7F007F00u;
+  return dq_fp8_pair<Op>(w, b) | (__vcmpeq2(t, 0x7F007F00u) & Op::kNaN2);
+#endif
 }
 
 // ---- activation rows -----------------------------------------------------------------------------

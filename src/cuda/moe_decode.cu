@@ -154,10 +154,10 @@ __device__ __forceinline__ void atom_a_frag(const uint32_t (&wv)[4], int ss, con
     af[2] = dq_u8_pair<Op>(wv[ss * 2], 2, zf[0]);
     af[3] = dq_u8_pair<Op>(wv[ss * 2 + 1], 2, zf[1]);
   } else if constexpr (F == WFmt::kFP8) {
-    af[0] = dq_fp8_pair<Op>(wv[ss * 2], 0);
-    af[1] = dq_fp8_pair<Op>(wv[ss * 2 + 1], 0);
-    af[2] = dq_fp8_pair<Op>(wv[ss * 2], 2);
-    af[3] = dq_fp8_pair<Op>(wv[ss * 2 + 1], 2);
+    af[0] = dq_fp8_weight_pair<Op>(wv[ss * 2], 0);
+    af[1] = dq_fp8_weight_pair<Op>(wv[ss * 2 + 1], 0);
+    af[2] = dq_fp8_weight_pair<Op>(wv[ss * 2], 2);
+    af[3] = dq_fp8_weight_pair<Op>(wv[ss * 2 + 1], 2);
   } else {
     // NVFP4: block ss of the atom (half ss & 1 of pair ss / 2, broadcast); MXFP4: group ss / 2
     uint32_t s2[2];
@@ -1444,7 +1444,7 @@ void launch_fmt(WFmt fmt, int mode, int slab_kt, int max_rows, const GemmParams&
   auto one = [&](auto f, auto m) {
     constexpr WFmt F = decltype(f)::value;
     constexpr int M = decltype(m)::value;
-    using O = OperandOf<Op, F>;  // fp8 of a bf16 model: fp16 operands
+    using O = OperandOf<Op, F>;  // fp8 W8A8 of a bf16 model: fp16 operands
     if constexpr (SM90 && (R == 8 || F == WFmt::kU4)) launch_one90<O, F, M, R>(slab_kt, max_rows, p, s);
     else if constexpr (SM90) QMOE_CHECK(false, kInternal, "moe_decode90: 16-row M-blocks are int4 only");
     else launch_one<O, F, M>(slab_kt, p, s);
@@ -1552,6 +1552,10 @@ void launch_moe_decode(bool f16, WFmt fmt, int mode, int slab_ktiles, int max_ro
     if (sm90 && rows == 16) launch_fmt<F16, true, 16>(fmt, mode, slab_ktiles, max_rows, p, s);
     else if (sm90) launch_fmt<F16, true>(fmt, mode, slab_ktiles, max_rows, p, s);
     else launch_fmt<F16, false>(fmt, mode, slab_ktiles, max_rows, p, s);
+  } else if (fmt == WFmt::kFP8 && p.a16) {  // FP8 weight-only of a bf16 model: bf16 operands
+    QMOE_CHECK(rows == 8, kInternal, "moe_decode: fp8 weights run 8-row M-blocks");
+    if (sm90) launch_fmt<BF16A16, true>(fmt, mode, slab_ktiles, max_rows, p, s);
+    else launch_fmt<BF16A16, false>(fmt, mode, slab_ktiles, max_rows, p, s);
   } else {
     if (sm90 && rows == 16) launch_fmt<BF16, true, 16>(fmt, mode, slab_ktiles, max_rows, p, s);
     else if (sm90) launch_fmt<BF16, true>(fmt, mode, slab_ktiles, max_rows, p, s);

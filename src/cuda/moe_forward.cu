@@ -84,6 +84,9 @@ int chunk_of(const DevProj& pr, ActQuant aq) {
   return c;
 }
 
+// fp8 weights with 16-bit activations (FP8 weight-only): GemmParams::a16.
+bool fp8_a16(const DevExperts& ex) { return ex.fmt == WFmt::kFP8 && ex.act_quant == ActQuant::kNone; }
+
 int mode_of(const DevProj& pr, ActQuant aq) {
   if (pr.fmt == WFmt::k16) return 0;
   if (pr.g_idx.ptr != nullptr) return 2;
@@ -206,6 +209,9 @@ struct Sm90Operands {
 
 bool sm90_eligible(const DevExperts& ex) {
   if (!sm90_available()) return false;
+  // FP8 weight-only: the Hopper path multiplies fp8 weights as e4m3 bytes (QGMMA), which needs
+  // e4m3 activations; 16-bit ones stay on the mma.sync / decode kernels (bf16 or fp16 operands)
+  if (fp8_a16(ex)) return false;
   // INT8 W8A8 with symmetric channel weights: the IGMMA kernel on the signed plain copy
   if (ex.fmt == WFmt::kU8 && ex.act_quant == ActQuant::kINT8Token)
     return ex.w13.wp.ptr != nullptr && ex.w2.wp.ptr != nullptr && ex.w13.zero.ptr == nullptr &&
@@ -728,8 +734,9 @@ void run_experts(const DevExperts& ex, const ExpertsPlan& pl, const void* x, con
   const int H = ex.hidden, I = ex.intermediate;
   const int qa = quant_code(ex.act_quant);
   // fp8 W8A8 of a bf16 model: the quantized activations as fp16 values, the fp8 kernels' fp16
-  // operands (device_common.cuh OperandOf)
-  const int a_f16 = (!f16 && ex.fmt == WFmt::kFP8) ? 1 : 0;
+  // operands (device_common.cuh OperandOf); FP8 weight-only (a16): the activations as they are
+  const int a16 = fp8_a16(ex) ? 1 : 0;
+  const int a_f16 = (!f16 && ex.fmt == WFmt::kFP8 && !a16) ? 1 : 0;
   QMOE_CHECK(!a_f16 || (qa >= 1 && qa <= 3), kInternal, "CUDA forward: fp8 weights without fp8 activations");
   // the split-K sums and GEMM2's output start at zero; cleared first so that the kernels after
   // align follow each other directly (programmatic dependent launch, device_common.cuh)
@@ -813,6 +820,7 @@ void run_experts(const DevExperts& ex, const ExpertsPlan& pl, const void* x, con
   }
   // align's outputs are complete once the kernel before GEMM1 has waited: true when act_prep ran
   g1.ids_ready = pl.prep_a ? 1 : 0;
+  g1.a16 = a16;
   if (q_in_g2 && qa == 1) g1.h_amax = pl.h_amax;
   if (o_by_g1) {
     g1.zero_out = pl.o;
@@ -872,6 +880,7 @@ void run_experts(const DevExperts& ex, const ExpertsPlan& pl, const void* x, con
   g2.ldo = H;
   g2.topk_w = on_input ? nullptr : topk_w;
   g2.ids_ready = 1;  // GEMM1 (at least) lies between align and GEMM2
+  g2.a16 = a16;
   if (q_in_g2) {  // A = h in the model dtype (a2 = pl.h); the static scale per expert; GEMM2 writes
     g2.q_rows = qa;  // the row scales into h_scale (one per slot) for its epilogue
     g2.in_scale = ex.w2.in_scale_dev.as<float>();

@@ -220,7 +220,7 @@ __global__ void __launch_bounds__(C::kThreads) moe_gemm_kernel(const GemmParams 
               } else if constexpr (F == WFmt::kU8) {
                 b[nt][j][bi] = dq_u8_pair<Op>(wv[(step & 1) * 2 + j], bi * 2, zf[nt][j]);
               } else {
-                b[nt][j][bi] = dq_fp8_pair<Op>(wv[(step & 1) * 2 + j], bi * 2);
+                b[nt][j][bi] = dq_fp8_weight_pair<Op>(wv[(step & 1) * 2 + j], bi * 2);
               }
             }
         } else {  // MODE 2: per-element (u - z[g]) * s[g], g = g_idx[k]
@@ -294,7 +294,7 @@ __global__ void __launch_bounds__(C::kThreads) moe_gemm_kernel(const GemmParams 
 
 template <class Op0, class C, WFmt F, int MODE>
 void launch_one(const GemmParams& p, cudaStream_t s) {
-  using Op = OperandOf<Op0, F>;  // fp8 of a bf16 model: fp16 operands
+  using Op = OperandOf<Op0, F>;  // fp8 W8A8 of a bf16 model: fp16 operands
   constexpr int smem = smem_bytes<C, F>();
   auto kern = moe_gemm_kernel<Op, C, F, MODE>;
   static bool attr_set = false;  // per instantiation; benign if two threads race (same value)
@@ -351,6 +351,7 @@ int tile_bn_for(Tile tile, WFmt fmt) {
 void launch_moe_gemm(bool f16, WFmt fmt, int mode, Tile tile, const GemmParams& p, cudaStream_t s) {
   if (fmt == WFmt::kNV4 || fmt == WFmt::kMX4) return launch_moe_gemm_fp4(f16, fmt, tile, p, s);  // backend II
   if (f16) launch_tile<F16>(fmt, mode, tile, p, s);
+  else if (fmt == WFmt::kFP8 && p.a16) launch_tile<BF16A16>(fmt, mode, tile, p, s);
   else launch_tile<BF16>(fmt, mode, tile, p, s);
 }
 

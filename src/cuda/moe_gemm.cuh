@@ -13,8 +13,8 @@ namespace qmoe::cuda {
 
 struct GemmParams {
   // rows
-  const void* a = nullptr;          // A [rows][lda], operand dtype (fp8 weights: fp16 values whatever
-                                    // the model dtype, device_common.cuh OperandOf)
+  const void* a = nullptr;          // A [rows][lda], operand dtype (fp8 W8A8 weights: fp16 values
+                                    // whatever the model dtype, device_common.cuh OperandOf)
   int lda = 0;
   int a_row_div = 1;                // A row = sorted_id / a_row_div
   const int32_t* sorted_ids = nullptr;
@@ -45,6 +45,9 @@ struct GemmParams {
   const float* row_scale = nullptr; // fp8 dynamic: [A rows][rs_groups]
   int rs_groups = 1, rs_kchunk = 0; // rs_kchunk: k-columns per row-scale group (0 = whole row)
   const float* in_scale = nullptr;  // fp8 static: one scale per expert (A quantized with it)
+  // fp8 weights with 16-bit activations (FP8 weight-only): A holds the model-dtype activations, no
+  // row scales; a bf16 model's fp8 kernels then run on bf16 operands (device_common.cuh BF16A16)
+  int a16 = 0;
   // fp8 weights with one scale pair for K (mode 3) on the sm_90 bulk decode kernel: A is GEMM2's h
   // in the model dtype, quantized to e4m3 while the kernel stages it, as act_prep would (1: dynamic
   // per token, 3: static per tensor with in_scale; moe_forward.cu); the kernel writes the rows'

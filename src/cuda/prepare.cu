@@ -92,9 +92,10 @@ __global__ void repack_kernel(const uint8_t* __restrict__ src, int E, int N, int
 }
 
 // int8_plain: also the Hopper path's plain copy of 8-bit integer weights, as signed values u - 128
-// (INT8 W8A8 with symmetric weights, run by the IGMMA kernel).
+// (INT8 W8A8 with symmetric weights, run by the IGMMA kernel). fp8_a16: fp8 weights that meet 16-bit
+// activations (FP8 weight-only), which the Hopper path does not run: no plain copy.
 void repack(const void* dsrc, int bits, int E, int N, int K, bool interleaved, int half, DevProj& pr,
-            bool int8_plain = false) {
+            bool int8_plain, bool fp8_a16) {
   pr.np = (N + 63) / 64 * 64;
   if (interleaved) pr.np = std::max(pr.np, (half + 7) / 8 * 16 + 63) / 64 * 64;
   pr.kp = (K + 63) / 64 * 64;
@@ -113,7 +114,7 @@ void repack(const void* dsrc, int bits, int E, int N, int K, bool interleaved, i
   QMOE_CUDA_LAUNCH_OK();
   // The Hopper prefill path reads plain rows through TMA (sm90_moe.cuh). It costs a second copy of
   // the 16-bit / fp8 weights; other formats and other GPUs have none.
-  if ((bits == 16 || pr.fmt == WFmt::kFP8 || (bits == 8 && int8_plain)) && sm90_available()) {
+  if ((bits == 16 || (pr.fmt == WFmt::kFP8 && !fp8_a16) || (bits == 8 && int8_plain)) && sm90_available()) {
     pr.wp = DevBuf(sm90_plain_bytes(E, pr.np, pr.kp, bits));
     launch_make_plain(dsrc, bits, E, N, K, pr.np, pr.kp, interleaved, half, pr.wp.ptr, nullptr,
                       int8_plain ? 0x80 : 0);
@@ -262,25 +263,24 @@ std::string can_prepare(const ExpertWeights& w) {
       return str("WNA16 group size ", w.group_size, " (multiples of 16 supported)");
     return "";
   }
-  if (k == SchemeKind::kFP8W8A8) {
+  if (k == SchemeKind::kFP8W8A8 || k == SchemeKind::kFP8A16) {
     const Strategy st = w.scheme.weights.strat();
     if (st != Strategy::kTensor && st != Strategy::kChannel && st != Strategy::kBlock)
       return str("FP8 weight strategy ", strategy_name(st));
+    if (st == Strategy::kBlock && (w.block[1] % 16 != 0 || w.block[1] <= 0 || w.block[0] <= 0))
+      return str("FP8 block ", w.block[0], "x", w.block[1], " (k extent must be a multiple of 16)");
+    if (k == SchemeKind::kFP8A16) return "";  // weight-only: 16-bit activations on bf16 / fp16 operands
     const ActQuant a = w.scheme.act;
     if (a != ActQuant::kFP8Tensor && a != ActQuant::kFP8Token && a != ActQuant::kFP8Group128)
       return str("FP8 activation quantization ", act_quant_name(a));
-    if (st == Strategy::kBlock) {
-      if (w.block[1] % 16 != 0 || w.block[1] <= 0 || w.block[0] <= 0)
-        return str("FP8 block ", w.block[0], "x", w.block[1], " (k extent must be a multiple of 16)");
-      if (a == ActQuant::kFP8Group128 && 128 % w.block[1] != 0 && w.block[1] % 128 != 0)
-        return str("FP8 block k extent ", w.block[1], " does not nest with 1x128 activation groups");
-    }
+    if (st == Strategy::kBlock && a == ActQuant::kFP8Group128 && 128 % w.block[1] != 0 && w.block[1] % 128 != 0)
+      return str("FP8 block k extent ", w.block[1], " does not nest with 1x128 activation groups");
     if (a == ActQuant::kFP8Tensor && (!w.w13.input_scale.defined() || !w.w2.input_scale.defined()))
       return "FP8 static activation quantization without input_scale tensors";
     return "";
   }
   if (q_scheme(k)) return can_prepare_q(w);  // backend II (prepare_q.cu)
-  return str("scheme kind ", scheme_kind_name(k), " (the CUDA backend runs BF16/FP16, WNA16 and FP8 W8A8)");
+  return str("scheme kind ", scheme_kind_name(k), " (the CUDA backend runs BF16/FP16, WNA16, FP8 and backend II's schemes)");
 }
 
 DevExperts prepare(const ExpertWeights& w, Activation activation, bool int8_plain) {
@@ -302,7 +302,8 @@ DevExperts prepare(const ExpertWeights& w, Activation activation, bool int8_plai
     DevBuf tmp(pw.weight.nbytes());
     QMOE_CUDA_OK(cudaMemcpy(tmp.ptr, pw.weight.raw(), pw.weight.nbytes(), cudaMemcpyHostToDevice));
     pr.fmt = d.fmt;
-    repack(tmp.ptr, bits, E, N, K, is_w13, I, pr, int8_plain && !pw.zero_point.defined());
+    repack(tmp.ptr, bits, E, N, K, is_w13, I, pr, int8_plain && !pw.zero_point.defined(),
+           w.scheme.kind == SchemeKind::kFP8A16);
     QMOE_CUDA_OK(cudaDeviceSynchronize());
     prepare_aux(w, pw, is_w13, pr);
     build_decode_tiles(pr, E, I);
@@ -364,7 +365,7 @@ DevExperts prepare_random(const MoeScheme& scheme, int E, int H, int I, int grou
           : scheme.kind == SchemeKind::kWNA16     ? (scheme.weights.num_bits == 4 ? WFmt::kU4 : WFmt::kU8)
                                                   : WFmt::kFP8;
   QMOE_CHECK(scheme.kind == SchemeKind::kUnquantized || scheme.kind == SchemeKind::kWNA16 ||
-                 scheme.kind == SchemeKind::kFP8W8A8,
+                 scheme.kind == SchemeKind::kFP8W8A8 || scheme.kind == SchemeKind::kFP8A16,
              kUnsupported, "CUDA bench: scheme ", scheme.key(), " is not run by the CUDA backend");
   d.act_quant = scheme.kind == SchemeKind::kFP8W8A8 ? scheme.act : ActQuant::kNone;
   const int bits = wfmt_bits(d.fmt);
@@ -377,7 +378,8 @@ DevExperts prepare_random(const MoeScheme& scheme, int E, int H, int I, int grou
                                       act == DType::kF16, sd++);
     QMOE_CUDA_LAUNCH_OK();
     pr.fmt = d.fmt;
-    repack(tmp.ptr, bits, E, N, K, is_w13, I, pr, int8_plain && scheme.weights.symmetric);
+    repack(tmp.ptr, bits, E, N, K, is_w13, I, pr, int8_plain && scheme.weights.symmetric,
+           scheme.kind == SchemeKind::kFP8A16);
     QMOE_CUDA_OK(cudaDeviceSynchronize());
     // scales: small positive values, deterministic from the seed; WNA16 scales in the model dtype,
     // as its checkpoints store them

@@ -119,10 +119,12 @@ std::vector<Case> decode_schemes() {
   add("int8_g48_sym", [](auto& s) { s.kind = SchemeKind::kWNA16; s.bits = 8; s.group_size = 48; });
   add("int8_channel_asym_f32scale", [](auto& s) {
     s.kind = SchemeKind::kWNA16; s.bits = 8; s.group_size = 0; s.symmetric = false; s.scale_dtype = DType::kF32; });
-  // fp8: mode 3 (one scale pair for K) and mode 1 (1x128 activation groups, 128-column blocks)
+  // fp8: mode 3 (one scale pair for K) and mode 1 (1x128 activation groups, 128-column blocks); the
+  // weight-only ones (ActQuant::kNone) run the same modes on 16-bit activations
   auto fp8 = [&](const char* n, Strategy ws, ActQuant a, DType act) {
     add(n, [&](auto& s) {
-      s.kind = SchemeKind::kFP8W8A8; s.fp8_strategy = ws; s.act = a; s.act_dtype = act; s.block = {8, 128};
+      s.kind = a == ActQuant::kNone ? SchemeKind::kFP8A16 : SchemeKind::kFP8W8A8;
+      s.fp8_strategy = ws; s.act = a; s.act_dtype = act; s.block = {8, 128};
     });
   };
   fp8("fp8_tensor_static", Strategy::kTensor, ActQuant::kFP8Tensor, DType::kBF16);
@@ -131,6 +133,10 @@ std::vector<Case> decode_schemes() {
   fp8("fp8_channel_group128", Strategy::kChannel, ActQuant::kFP8Group128, DType::kBF16);
   fp8("fp8_block_token", Strategy::kBlock, ActQuant::kFP8Token, DType::kBF16);
   fp8("fp8_block_group128", Strategy::kBlock, ActQuant::kFP8Group128, DType::kBF16);
+  // FP8 weight-only: bf16 operands for a bf16 model (e4m3 -> fp16 -> fp32 -> bf16), fp16 for fp16
+  fp8("fp8a16_channel", Strategy::kChannel, ActQuant::kNone, DType::kBF16);
+  fp8("fp8a16_tensor_fp16", Strategy::kTensor, ActQuant::kNone, hf);
+  fp8("fp8a16_block", Strategy::kBlock, ActQuant::kNone, DType::kBF16);
   // backend II: fp4 units, and int weights with quantized activations (row scales)
   auto q = [&](const char* n, SchemeKind k, DType act, int g, bool sym = true) {
     add(n, [&](auto& s) { s.kind = k; s.act_dtype = act; s.group_size = g; s.symmetric = sym; });

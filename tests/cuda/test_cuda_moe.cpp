@@ -201,6 +201,14 @@ std::vector<Case> all_schemes() {
   add("fp8_channel_token_fp16", [](auto& s) {
     s.kind = SchemeKind::kFP8W8A8; s.fp8_strategy = Strategy::kChannel; s.act = ActQuant::kFP8Token;
     s.act_dtype = DType::kF16; });
+  // FP8 weight-only: exact e4m3 operands (bf16 for a bf16 model, fp16 for fp16) times the 16-bit
+  // activations, fp32 sums, the scales after: the exact paths' tolerance; never the Hopper path
+  for (Strategy w : ws)
+    add(str("fp8a16_", strategy_name(w)), [&](auto& s) {
+      s.kind = SchemeKind::kFP8A16; s.fp8_strategy = w; s.act = ActQuant::kNone; s.block = {8, 128}; });
+  add("fp8a16_channel_fp16", [](auto& s) {
+    s.kind = SchemeKind::kFP8A16; s.fp8_strategy = Strategy::kChannel; s.act = ActQuant::kNone;
+    s.act_dtype = DType::kF16; });
   return v;
 }
 
@@ -1648,17 +1656,81 @@ TEST(CudaLayer, ForwardWithLogitsMatchesReference) {
   }
 }
 
+// Which fp8 weights the CUDA backend takes (cuda::can_prepare reads the weights only: this test
+// runs without a GPU, in CI): FP8 weight-only with tensor, channel and block scales since the
+// forty-fifth session; block k extents that are not whole 16-column steps and rows that are not
+// 16-byte aligned are refused, each naming what it needs.
+TEST(CudaPrepare, TakesFp8WeightOnlyAndNamesWhatItRefuses) {
+  for (Strategy st : {Strategy::kTensor, Strategy::kChannel, Strategy::kBlock}) {
+    ref::SchemeSpec s;
+    s.kind = SchemeKind::kFP8A16;
+    s.fp8_strategy = st;
+    s.block = {8, 128};
+    ExpertWeights w = make_weights(s, 4, 256, 128, 3);
+    EXPECT_EQ(cuda::can_prepare(w), "") << strategy_name(st);
+    if (st == Strategy::kBlock) {
+      w.block = {8, 40};
+      EXPECT_EQ(cuda::can_prepare(w), "FP8 block 8x40 (k extent must be a multiple of 16)");
+    }
+  }
+  ref::SchemeSpec s;
+  s.kind = SchemeKind::kFP8A16;
+  const std::string why = cuda::can_prepare(make_weights(s, 4, 124, 64, 3));
+  EXPECT_NE(why.find("hidden 124"), std::string::npos) << why;
+  EXPECT_NE(why.find("multiples of 8"), std::string::npos) << why;
+}
+
 TEST(CudaLayer, RefusesLoudly) {
   SKIP_WITHOUT_GPU();
   ref::SchemeSpec s;
-  s.kind = SchemeKind::kFP8A16;  // (MXFP4 is run by backend II since issue 5)
-  ExpertWeights w = make_weights(s, 4, 128, 64, 1);
+  s.kind = SchemeKind::kFP8A16;  // runs on CUDA since the forty-fifth session; a hidden size of 124
+  ExpertWeights w = make_weights(s, 4, 124, 64, 1);  // does not give the kernels 16-byte rows
   try {
     MoeLayer::create(w, config(4, 2), Backend::kCuda);
-    FAIL() << "FP8A16 must be refused by the CUDA backend";
+    FAIL() << "hidden 124 must be refused by the CUDA backend";
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::kUnsupported);
     EXPECT_NE(std::string(e.what()).find("cuda"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("multiples of 8"), std::string::npos) << e.what();
+  }
+}
+
+// FP8 weight-only with e4m3 NaN codes (S.1111.111; a checkpoint may hold them and the reference
+// decodes them as NaN): the outputs they reach are NaN on the device too, every other output as
+// the reference. The bf16 operands' bit shuffle (dq_fp8_pair) would read the code as 480, finite.
+TEST(CudaMoe, Fp8WeightOnlyNaNCodesStayNaN) {
+  SKIP_WITHOUT_GPU();
+  for (DType act : {DType::kBF16, DType::kF16}) {
+    ref::SchemeSpec s;
+    s.kind = SchemeKind::kFP8A16;
+    s.act_dtype = act;
+    const int E = 5, H = 136, I = 72, k = 2;
+    ExpertWeights w = make_weights(s, E, H, I, 17);
+    ASSERT_EQ(w.w13.weight.dtype(), DType::kF8E4M3);
+    // w13 of expert 2, row 3, column 5 (a gate row: all of h's column 3 for its tokens, then every
+    // output of those tokens); w2 of expert 4, row 10, column 7 (output column 10 of its tokens)
+    static_cast<uint8_t*>(w.w13.weight.raw_mut())[(2 * 2 * I + 3) * H + 5] = 0x7F;
+    static_cast<uint8_t*>(w.w2.weight.raw_mut())[(4 * H + 10) * I + 7] = 0xFF;
+    cuda::DevExperts ex = cuda::prepare(w, Activation::kSiluMul);
+    for (int64_t m : {1, 3, 16, 300}) {
+      Tensor x = test::random_tensor(act, {m, H}, 40 + m);
+      Routing r = random_routing(m, k, E, 50 + m);
+      Tensor want = ref::reference_forward_routed(w, config(E, k), nullptr, x, r.w, r.ids);
+      Tensor got = run_device(ex, nullptr, x, r, false);
+      const std::string what = str(dtype_name(act), " M=", m, " (", cuda::forward_kernels(ex, m, k), ")");
+      int64_t nans = 0;
+      for (int64_t i = 0; i < want.numel(); ++i) {
+        const bool wn = std::isnan(test::value_at(want, i));
+        ASSERT_EQ(std::isnan(test::value_at(got, i)), wn) << what << " at " << i;
+        nans += wn;
+        if (wn) {  // compared above; the finite rest below
+          test::set_value(want, i, 0.0);
+          test::set_value(got, i, 0.0);
+        }
+      }
+      if (m >= 16) EXPECT_GT(nans, 0) << what << ": no token met a NaN code";
+      expect_close(got, want, Tol{}, what);
+    }
   }
 }
 

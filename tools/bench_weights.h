@@ -23,7 +23,8 @@ std::optional<BenchShape> bench_shape(const std::string& s);
 const std::vector<BenchShape>& anchor_shapes();
 
 struct BenchScheme {
-  std::string name;      // bf16, int4, int4-g32, int8, fp8, fp8-block, fp8-a16, w8a8-int8, w4a8-int8, w4a8-fp8, nvfp4, nvfp4a16, mxfp4
+  std::string name;      // bf16, int4, int4-g32, int8, fp8, fp8-block, fp8-a16, w8a8-int8, w4a8-int8, w4a8-fp8,
+                         // nvfp4, nvfp4a16, mxfp4
   ref::SchemeSpec spec;
   bool int8_acts = false;  // floor uses the int8 dot peak
   bool fp8 = false;        // GPU floor uses the fp8 matrix rate

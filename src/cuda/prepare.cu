@@ -280,7 +280,8 @@ std::string can_prepare(const ExpertWeights& w) {
     return "";
   }
   if (q_scheme(k)) return can_prepare_q(w);  // backend II (prepare_q.cu)
-  return str("scheme kind ", scheme_kind_name(k), " (the CUDA backend runs BF16/FP16, WNA16, FP8 and backend II's schemes)");
+  return str("scheme kind ", scheme_kind_name(k),
+             " (the CUDA backend runs BF16/FP16, WNA16, FP8 and backend II's schemes)");
 }
 
 DevExperts prepare(const ExpertWeights& w, Activation activation, bool int8_plain) {

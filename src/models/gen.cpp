@@ -43,6 +43,8 @@ const std::vector<GenFormat>& gen_formats() {
       {"ct-fp8", "compressed-tensors float-quantized fp8 per-tensor, static per-tensor activations (FP8)", kNoGptOss},
       {"ct-fp8-dynamic", "compressed-tensors float-quantized fp8 per-channel, dynamic per-token activations", kNoGptOss},
       {"ct-fp8-block", "compressed-tensors float-quantized fp8 128x128 blocks, dynamic 1x128 activations", kNoGptOss},
+      {"ct-fp8-a16", "compressed-tensors float-quantized fp8 per-channel weights, bf16 activations (FP8 weight-only)",
+       kNoGptOss},
       {"ct-int8", "compressed-tensors int-quantized int8 per-channel, dynamic per-token int8 activations (W8A8)", kNoGptOss},
       {"ct-w4afp8", "compressed-tensors pack-quantized int4 group 128, dynamic per-token fp8 activations", kNoGptOss},
       {"ct-nvfp4", "compressed-tensors nvfp4-pack-quantized, nvfp4 activations (W4A4; global scale divides)", kNoGptOss},
@@ -105,6 +107,9 @@ Plan make_plan(const std::string& fmt, const std::string& arch) {
     s.kind = SchemeKind::kFP8W8A8;
     s.fp8_strategy = fmt == "ct-fp8" ? Strategy::kTensor : fmt == "ct-fp8-block" ? Strategy::kBlock : Strategy::kChannel;
     s.act = fmt == "ct-fp8" ? ActQuant::kFP8Tensor : fmt == "ct-fp8-block" ? ActQuant::kFP8Group128 : ActQuant::kFP8Token;
+    ct(ModuleFormat::kCtNaive, "float-quantized");
+  } else if (fmt == "ct-fp8-a16") {
+    s.kind = SchemeKind::kFP8A16, s.fp8_strategy = Strategy::kChannel, s.act = ActQuant::kNone;
     ct(ModuleFormat::kCtNaive, "float-quantized");
   } else if (fmt == "ct-int8") {
     s.kind = SchemeKind::kINT8W8A8, s.bits = 8, s.group_size = 0;

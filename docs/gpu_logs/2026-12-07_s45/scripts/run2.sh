@@ -14,8 +14,8 @@ timeout 200 $B/test_cuda --gtest_filter='*fp8a16*:*Fp8WeightOnly*:CudaLayer.Refu
 grep -E "^\[  (PASSED|FAILED) |FAILED|Failure" $W/a16_tests.log | head -20
 for a in mixtral llama4; do $B/qmoe gen --arch $a --format ct-fp8-a16 --out /tmp/ga16-$a > /dev/null && $B/qmoe verify /tmp/ga16-$a; done > $W/verify_a16.log 2>&1; echo "verify rc $?"; tail -3 $W/verify_a16.log
 (cd $OUT && tar czf r2.tgz r2)
-OUT=$W QMOE_GPU_PHASES="info tests capi python" timeout 300 bash scripts/gpu_tests.sh $B $W/gpu_tests.log > $W/gpu_tests.stdout 2>&1; echo "suite rc $? $(el)"
+OUT=$W QMOE_GPU_PHASES="info tests capi python" timeout 240 bash scripts/gpu_tests.sh $B $W/gpu_tests.log > $W/gpu_tests.stdout 2>&1; echo "suite rc $? $(el)"
 grep -E "PASSED|FAILED|passed|failed|rc " $W/gpu_tests.log | tail -8
 (cd $OUT && tar czf r2.tgz r2)
-timeout $(( 585 - $(el) )) $B/qmoe bench --backend cuda --shape all --m 1,16,256,4096 --scheme fp8-a16,fp8 --json $W/a16.json > $W/a16.md 2>$W/a16.err; echo "bench rc $? $(el)"
+timeout $(( 380 - $(el) )) $B/qmoe bench --backend cuda --shape all --m 1,16,256,4096 --scheme fp8-a16,fp8 --json $W/a16.json > $W/a16.md 2>$W/a16.err; echo "bench rc $? $(el)"
 cd $OUT && tar czf r2.tgz r2

@@ -86,6 +86,9 @@ int chunk_of(const DevProj& pr, ActQuant aq) {
 
 // fp8 weights with 16-bit activations (FP8 weight-only): GemmParams::a16.
 bool fp8_a16(const DevExperts& ex) { return ex.fmt == WFmt::kFP8 && ex.act_quant == ActQuant::kNone; }
+// FP8 weight-only with tensor / channel scales on the Hopper wq kernel (sm90_eligible);
+// QMOE_CUDA_FP8A16_WGMMA=0 keeps it on the mma.sync kernels (measurements, tests; read per plan).
+bool fp8_a16_wgmma_on() { return env_on("QMOE_CUDA_FP8A16_WGMMA"); }
 
 int mode_of(const DevProj& pr, ActQuant aq) {
   if (pr.fmt == WFmt::k16) return 0;
@@ -201,17 +204,20 @@ struct Sm90Operands {
   bool i8, bytes, wq, q16;
   explicit Sm90Operands(const DevExperts& ex)
       : i8(ex.fmt == WFmt::kU8 && ex.act_quant == ActQuant::kINT8Token),
-        bytes(ex.fmt == WFmt::kFP8 || i8),
-        wq(!i8 && (ex.fmt == WFmt::kU4 || ex.fmt == WFmt::kU8 || ex.fmt == WFmt::kNV4 || ex.fmt == WFmt::kMX4)),
+        bytes((ex.fmt == WFmt::kFP8 && !fp8_a16(ex)) || i8),
+        wq(!i8 && (ex.fmt == WFmt::kU4 || ex.fmt == WFmt::kU8 || ex.fmt == WFmt::kNV4 || ex.fmt == WFmt::kMX4 ||
+                   fp8_a16(ex))),
         q16(!bytes && ex.act_quant != ActQuant::kNone) {}
   bool quant() const { return bytes || q16; }  // the gather quantizes the activation rows
 };
 
 bool sm90_eligible(const DevExperts& ex) {
   if (!sm90_available()) return false;
-  // FP8 weight-only: the Hopper path multiplies fp8 weights as e4m3 bytes (QGMMA), which needs
-  // e4m3 activations; 16-bit ones stay on the mma.sync / decode kernels (bf16 or fp16 operands)
-  if (fp8_a16(ex)) return false;
+  // FP8 weight-only: not the QGMMA kernels (e4m3 activations) but the wq kernel, its atoms decoded
+  // to exact bf16 / fp16 register operands as int8's are; one scale per row for K (tensor /
+  // channel weights: the wq kernel has no block rows), else the mma.sync / decode kernels
+  if (fp8_a16(ex))
+    return fp8_a16_wgmma_on() && mode_of(ex.w13, ex.act_quant) == 3 && mode_of(ex.w2, ex.act_quant) == 3;
   // INT8 W8A8 with symmetric channel weights: the IGMMA kernel on the signed plain copy
   if (ex.fmt == WFmt::kU8 && ex.act_quant == ActQuant::kINT8Token)
     return ex.w13.wp.ptr != nullptr && ex.w2.wp.ptr != nullptr && ex.w13.zero.ptr == nullptr &&
@@ -374,7 +380,7 @@ struct ExpertsPlan {
       };
       q8 = op.wq && ex.fmt == WFmt::kU4 && ex.act_quant == ActQuant::kFP8Token && q8_fits(ex.w13) &&
            q8_fits(ex.w2) && w4a8_qgmma_on();
-      block_slots = ex.fmt == WFmt::kFP8 && fp8_block_slots_on();
+      block_slots = op.bytes && ex.fmt == WFmt::kFP8 && fp8_block_slots_on();
       wide_store = wide_store_on();
       if (!stream && !op.wq && !op.quant() && !weight_on_input && ex.hidden % 8 == 0)
         a_direct = select_a_direct(rows_per_expert, a_direct_env());
@@ -382,7 +388,7 @@ struct ExpertsPlan {
       pairs = !op.i8 && !op.wq && !stream && bm == 128 && !a_direct &&
               select_pairs(ex.fmt == WFmt::kFP8, pairs_env());
       // (one scale pair for all of K: per-tensor / per-channel weights, per-tensor / per-token activations)
-      fp8_wide = ex.fmt == WFmt::kFP8 && !stream && !pairs && ex.w13.kchunk == 0 && ex.w2.kchunk == 0 &&
+      fp8_wide = op.bytes && ex.fmt == WFmt::kFP8 && !stream && !pairs && ex.w13.kchunk == 0 && ex.w2.kchunk == 0 &&
                  ex.act_quant != ActQuant::kFP8Group128 && fp8_wide_on();
       if (!stream && persist_on()) tile_counters = cv.take<int32_t>(kAlignZeroInts);
       as = cv.take<char>(static_cast<size_t>(cap) * ex.w13.kp * esz);

@@ -1102,6 +1102,7 @@ enum : int { kScGroup = 0, kScChannel = 1, kScFold = 2 };
 template <WFmt F> struct WqFmt;
 template <> struct WqFmt<WFmt::kU4> { static constexpr int KA = 64, UNIT = 512; };
 template <> struct WqFmt<WFmt::kU8> { static constexpr int KA = 32, UNIT = 512; };
+template <> struct WqFmt<WFmt::kFP8> { static constexpr int KA = 32, UNIT = 512; };  // FP8 weight-only: int8's atoms
 template <> struct WqFmt<WFmt::kNV4> { static constexpr int KA = 64, UNIT = 512 + 64; };  // + 16 rows x 4 e4m3
 template <> struct WqFmt<WFmt::kMX4> { static constexpr int KA = 64, UNIT = 512 + 32; };  // + 16 rows x 2 e8m0
 template <WFmt F> constexpr bool kWqFp4 = F == WFmt::kNV4 || F == WFmt::kMX4;
@@ -1498,6 +1499,13 @@ __global__ void __launch_bounds__(384, wq_ctas<F, TN, SC>())
           af[2] = Op::mul2(af[2], sf[0]);
           af[3] = Op::mul2(af[3], sf[1]);
         }
+      } else if constexpr (F == WFmt::kFP8) {  // FP8 weight-only: exact e4m3 operands, NaN codes kept
+        const uint4 v = r.v[st >> 1];
+        const uint32_t w0 = (st & 1) ? v.z : v.x, w1 = (st & 1) ? v.w : v.y;  // n half 0 / 1
+        af[0] = dq_fp8_weight_pair<Op>(w0, 0);
+        af[1] = dq_fp8_weight_pair<Op>(w1, 0);
+        af[2] = dq_fp8_weight_pair<Op>(w0, 2);
+        af[3] = dq_fp8_weight_pair<Op>(w1, 2);
       } else {
         const uint4 v = r.v[st >> 1];
         const uint32_t w0 = (st & 1) ? v.z : v.x, w1 = (st & 1) ? v.w : v.y;  // n half 0 / 1
@@ -2136,8 +2144,8 @@ bool sm90_supports(WFmt fmt, int mode, int chunk) {
 }
 
 void launch_sm90_wq_gemm(bool f16, WFmt fmt, const Sm90Gemm& p, cudaStream_t s) {
-  QMOE_CHECK(fmt == WFmt::kU4 || fmt == WFmt::kU8 || fmt == WFmt::kNV4 || fmt == WFmt::kMX4, kInternal,
-             "sm90 wq GEMM: format ", static_cast<int>(fmt));
+  QMOE_CHECK(fmt == WFmt::kU4 || fmt == WFmt::kU8 || fmt == WFmt::kNV4 || fmt == WFmt::kMX4 || fmt == WFmt::kFP8,
+             kInternal, "sm90 wq GEMM: format ", static_cast<int>(fmt));
   QMOE_CHECK(p.block == 256 || p.block == kBM || p.block == 64 || p.block == 32, kInternal, "sm90 wq GEMM: M-blocks of ",
              p.block, " rows (256, 128, 64 or 32)");
   const bool ch = p.chunk >= p.kp;  // channel scales (or one group covering all of K)
@@ -2153,6 +2161,10 @@ void launch_sm90_wq_gemm(bool f16, WFmt fmt, const Sm90Gemm& p, cudaStream_t s) 
     if (ch) f16 ? launch_wq<F16, WFmt::kU4, kScChannel>(p, s) : launch_wq<BF16, WFmt::kU4, kScChannel>(p, s);
     else if (p.fold) f16 ? launch_wq<F16, WFmt::kU4, kScFold>(p, s) : launch_wq<BF16, WFmt::kU4, kScFold>(p, s);
     else f16 ? launch_wq<F16, WFmt::kU4, kScGroup>(p, s) : launch_wq<BF16, WFmt::kU4, kScGroup>(p, s);
+  } else if (fmt == WFmt::kFP8) {  // FP8 weight-only (moe_forward.cu sm90_eligible): tensor / channel scales
+    QMOE_CHECK(ch && p.row_scale == nullptr, kInternal, "sm90 wq GEMM: fp8 weights need one scale per row for K");
+    if (f16) launch_wq<F16, WFmt::kFP8, kScChannel>(p, s);
+    else launch_wq<BF16, WFmt::kFP8, kScChannel>(p, s);
   } else {
     if (ch) f16 ? launch_wq<F16, WFmt::kU8, kScChannel>(p, s) : launch_wq<BF16, WFmt::kU8, kScChannel>(p, s);
     else f16 ? launch_wq<F16, WFmt::kU8, kScGroup>(p, s) : launch_wq<BF16, WFmt::kU8, kScGroup>(p, s);

@@ -1695,6 +1695,43 @@ TEST(CudaLayer, RefusesLoudly) {
   }
 }
 
+// FP8 weight-only at prefill sizes: tensor / channel scales take the Hopper wq kernel (the atoms
+// decoded to exact bf16 / fp16 register operands, fp32 sums: the exact paths' tolerance) where there
+// is one, and QMOE_CUDA_FP8A16_WGMMA=0 keeps them on the mma.sync tiles; block scales never take it.
+TEST(CudaSm90, Fp8WeightOnlyOnTheWqKernelAndOffIt) {
+  SKIP_WITHOUT_GPU();
+  SKIP_WITHOUT_SM90();
+  struct V {
+    Strategy st;
+    DType act;
+  };
+  for (V v : {V{Strategy::kChannel, DType::kBF16}, V{Strategy::kTensor, DType::kBF16}, V{Strategy::kChannel, DType::kF16},
+              V{Strategy::kBlock, DType::kBF16}}) {
+    ref::SchemeSpec s;
+    s.kind = SchemeKind::kFP8A16;
+    s.fp8_strategy = v.st;
+    s.act_dtype = v.act;
+    s.block = {8, 128};
+    const int E = 6, H = 392, I = 200, k = 2;
+    ExpertWeights w = make_weights(s, E, H, I, 23);
+    cuda::DevExperts ex = cuda::prepare(w, Activation::kSiluMul);
+    for (const char* on : {"1", "0"}) {
+      test::ScopedEnv env("QMOE_CUDA_FP8A16_WGMMA", on);
+      for (int64_t m : {300, 1100}) {
+        const std::string kern = cuda::forward_kernels(ex, m, k);
+        const std::string what =
+            str(strategy_name(v.st), " ", dtype_name(v.act), " wgmma=", on, " M=", m, " (", kern, ")");
+        const bool hopper = kern.find("sm90") != std::string::npos;
+        EXPECT_EQ(hopper, on[0] == '1' && v.st != Strategy::kBlock) << what;
+        Tensor x = test::random_tensor(v.act, {m, H}, 60 + m);
+        Routing r = random_routing(m, k, E, 70 + m);
+        Tensor want = ref::reference_forward_routed(w, config(E, k), nullptr, x, r.w, r.ids);
+        expect_close(run_device(ex, nullptr, x, r, false), want, Tol{}, what);
+      }
+    }
+  }
+}
+
 // FP8 weight-only with e4m3 NaN codes (S.1111.111; a checkpoint may hold them and the reference
 // decodes them as NaN): the outputs they reach are NaN on the device too, every other output as
 // the reference. The bf16 operands' bit shuffle (dq_fp8_pair) would read the code as 480, finite.

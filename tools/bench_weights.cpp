@@ -32,8 +32,8 @@ std::optional<BenchShape> bench_shape(const std::string& s) {
 
 std::string bench_scheme_names() {
   return "bf16, int4 (W4A16 g128), int4-g32, int4-ch (W4A16 channel), int8 (W8A16 channel), fp8 (W8A8 channel/token), "
-         "fp8-block (128x128 / 1x128), fp8-a16 (FP8 weight-only, channel), w8a8-int8, w4a8-int8, w4a8-fp8, nvfp4 (W4A4), "
-         "nvfp4a16, mxfp4";
+         "fp8-block (128x128 / 1x128), fp8-a16 (FP8 weight-only, channel), w8a8-int8, w4a8-int8, w4a8-fp8, "
+         "nvfp4 (W4A4), nvfp4a16, mxfp4";
 }
 
 std::optional<BenchScheme> bench_scheme(const std::string& n) {

@@ -391,8 +391,8 @@ struct ExpertsPlan {
       pairs = !op.i8 && !op.wq && !stream && bm == 128 && !a_direct &&
               select_pairs(ex.fmt == WFmt::kFP8, pairs_env());
       // (one scale pair for all of K: per-tensor / per-channel weights, per-tensor / per-token activations)
-      fp8_wide = op.bytes && ex.fmt == WFmt::kFP8 && !stream && !pairs && ex.w13.kchunk == 0 && ex.w2.kchunk == 0 &&
-                 ex.act_quant != ActQuant::kFP8Group128 && fp8_wide_on();
+      fp8_wide = op.bytes && ex.fmt == WFmt::kFP8 && !stream && !pairs && ex.w13.kchunk == 0 &&
+                 ex.w2.kchunk == 0 && ex.act_quant != ActQuant::kFP8Group128 && fp8_wide_on();
       if (!stream && persist_on()) tile_counters = cv.take<int32_t>(kAlignZeroInts);
       as = cv.take<char>(static_cast<size_t>(cap) * ex.w13.kp * esz);
       hs = cv.take<char>(static_cast<size_t>(cap) * ex.w2.kp * 2);

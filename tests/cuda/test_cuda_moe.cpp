@@ -1706,8 +1706,8 @@ TEST(CudaSm90, Fp8WeightOnlyOnTheWqKernelAndOffIt) {
     Strategy st;
     DType act;
   };
-  for (V v : {V{Strategy::kChannel, DType::kBF16}, V{Strategy::kTensor, DType::kBF16}, V{Strategy::kChannel, DType::kF16},
-              V{Strategy::kBlock, DType::kBF16}}) {
+  for (V v : {V{Strategy::kChannel, DType::kBF16}, V{Strategy::kTensor, DType::kBF16},
+              V{Strategy::kChannel, DType::kF16}, V{Strategy::kBlock, DType::kBF16}}) {
     ref::SchemeSpec s;
     s.kind = SchemeKind::kFP8A16;
     s.fp8_strategy = v.st;

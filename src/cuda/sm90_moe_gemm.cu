@@ -1499,20 +1499,17 @@ __global__ void __launch_bounds__(384, wq_ctas<F, TN, SC>())
           af[2] = Op::mul2(af[2], sf[0]);
           af[3] = Op::mul2(af[3], sf[1]);
         }
-      } else if constexpr (F == WFmt::kFP8) {  // FP8 weight-only: exact e4m3 operands, NaN codes kept
+      } else {  // 8-bit atoms: int8 codes minus zero points, or (FP8 weight-only) e4m3 codes, NaN kept
         const uint4 v = r.v[st >> 1];
         const uint32_t w0 = (st & 1) ? v.z : v.x, w1 = (st & 1) ? v.w : v.y;  // n half 0 / 1
-        af[0] = dq_fp8_weight_pair<Op>(w0, 0);
-        af[1] = dq_fp8_weight_pair<Op>(w1, 0);
-        af[2] = dq_fp8_weight_pair<Op>(w0, 2);
-        af[3] = dq_fp8_weight_pair<Op>(w1, 2);
-      } else {
-        const uint4 v = r.v[st >> 1];
-        const uint32_t w0 = (st & 1) ? v.z : v.x, w1 = (st & 1) ? v.w : v.y;  // n half 0 / 1
-        af[0] = dq_u8_pair<Op>(w0, 0, zf[0]);
-        af[1] = dq_u8_pair<Op>(w1, 0, zf[1]);
-        af[2] = dq_u8_pair<Op>(w0, 2, zf[0]);
-        af[3] = dq_u8_pair<Op>(w1, 2, zf[1]);
+        const auto dq = [&](uint32_t w, int b, int h) {
+          if constexpr (F == WFmt::kFP8) return dq_fp8_weight_pair<Op>(w, b);
+          else return dq_u8_pair<Op>(w, b, zf[h]);
+        };
+        af[0] = dq(w0, 0, 0);
+        af[1] = dq(w1, 0, 1);
+        af[2] = dq(w0, 2, 0);
+        af[3] = dq(w1, 2, 1);
       }
     };
     // Q8: k32 step t of a stage from the words of k16 steps 2t, 2t + 1 (atom t / 2), rows g / g + 8

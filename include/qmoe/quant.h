@@ -52,6 +52,8 @@ enum class SchemeKind {
   kMXFP4A16,     // e2m1 + e8m0/32; 16-bit activations
 };
 const char* scheme_kind_name(SchemeKind k);
+// e4m3 weights (W8A8 or weight-only): the schemes whose weights carry an fp8 strategy (tensor / channel / block).
+constexpr bool has_fp8_weights(SchemeKind k) { return k == SchemeKind::kFP8W8A8 || k == SchemeKind::kFP8A16; }
 
 // Where the activations' quantization parameters come from.
 enum class ActQuant {

@@ -39,7 +39,6 @@ bool is_int_kind(SchemeKind k) {
   return k == SchemeKind::kWNA16 || k == SchemeKind::kINT8W8A8 || k == SchemeKind::kW4A8FP8 ||
          k == SchemeKind::kW4A8INT8;
 }
-bool is_fp8_kind(SchemeKind k) { return k == SchemeKind::kFP8W8A8 || k == SchemeKind::kFP8A16; }
 
 // The fields of qmoe_expert_weights_t marked "inferred" (c_api.h), resolved into a SchemeSpec.
 ref::SchemeSpec spec_from_c(const qmoe_expert_weights_t& c, const ExpertWeights& w, const std::string& where) {
@@ -83,12 +82,12 @@ ref::SchemeSpec spec_from_c(const qmoe_expert_weights_t& c, const ExpertWeights&
   }
   QMOE_CHECK(strategy >= QMOE_STRATEGY_TENSOR && strategy <= QMOE_STRATEGY_BLOCK, kBadInput, where,
              ": weight_strategy ", c.weight_strategy, " is not a qmoe_strategy_t");
-  if (is_fp8_kind(s.kind)) s.fp8_strategy = static_cast<Strategy>(strategy);
+  if (has_fp8_weights(s.kind)) s.fp8_strategy = static_cast<Strategy>(strategy);
   if (is_int_kind(s.kind) && strategy == QMOE_STRATEGY_CHANNEL) s.group_size = 0;
   if (is_int_kind(s.kind))
     QMOE_CHECK(strategy == QMOE_STRATEGY_GROUP || strategy == QMOE_STRATEGY_CHANNEL, kBadInput, where,
                ": integer weights are group or channel quantized, not ", strategy_name(static_cast<Strategy>(strategy)));
-  if (!is_fp8_kind(s.kind)) s.block = {0, 0};
+  if (!has_fp8_weights(s.kind)) s.block = {0, 0};
 
   int act = c.act_quant;
   if (act < 0) {
@@ -130,7 +129,7 @@ ExpertWeights expert_weights_from_c(const qmoe_expert_weights_t& c, bool borrow,
   ref::SchemeSpec spec = spec_from_c(c, w, where);
   w.scheme = ref::make_scheme(spec);
   w.group_size = spec.group_size;
-  if (is_fp8_kind(spec.kind) && spec.fp8_strategy == Strategy::kBlock) w.block = spec.block;
+  if (has_fp8_weights(spec.kind) && spec.fp8_strategy == Strategy::kBlock) w.block = spec.block;
   // The fp4 formats fix their group: NVFP4 16 (e4m3 scales), MXFP4 32 (e8m0 scales).
   if (spec.kind == SchemeKind::kNVFP4 || spec.kind == SchemeKind::kNVFP4A16) w.group_size = 16;
   if (spec.kind == SchemeKind::kMXFP4A16) w.group_size = 32;

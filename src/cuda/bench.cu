@@ -399,7 +399,7 @@ BenchResult cuda_bench(const BenchProblem& p, int warmup, int iters, double sett
   auto proj_bytes = [&](int N, int Kd, const cuda::DevProj& pr) {
     double b = static_cast<double>(N) * Kd * bits / 8;
     if (p.scheme.kind == SchemeKind::kWNA16) b += static_cast<double>(pr.kg) * pr.nsc * 2;
-    const bool fp8 = p.scheme.kind == SchemeKind::kFP8W8A8 || p.scheme.kind == SchemeKind::kFP8A16;
+    const bool fp8 = has_fp8_weights(p.scheme.kind);
     if (fp8) b += static_cast<double>(pr.kg) * pr.nsc * 4;
     b += cuda::q_scale_bytes(p.scheme, p.group_size, N, Kd);  // backend II schemes (0 for the others)
     if (bias) b += N * 4.0;

@@ -137,8 +137,6 @@ Tensor codes_to_canonical(const Tensor& codes, int bits) {
   return bits == 4 ? formats::pack_nibbles(codes) : codes;
 }
 
-bool is_fp8(const MoeScheme& s) { return s.kind == SchemeKind::kFP8W8A8 || s.kind == SchemeKind::kFP8A16; }
-
 }  // namespace
 
 Tensor transpose_last2(const Tensor& t) {
@@ -212,7 +210,7 @@ ProjWeights decode_module(const ModuleRef& m, ModuleFormat f, const MoeScheme& s
     }
     case ModuleFormat::kCtNaive: {
       const TensorInfo& wi = need_info(ck, p + "weight", ctx("weight"));
-      if (is_fp8(scheme)) {
+      if (has_fp8_weights(scheme.kind)) {
         r.weight = add_e(fetch(ck, p + "weight", {DType::kF8E4M3}, {N, K}, ctx("weight"), "out x in"));
       } else if (scheme.weights.num_bits == 8 && scheme.weights.type == QuantType::kInt) {
         if (!scheme.weights.symmetric) unsupported(m.what, ": asymmetric int8 int-quantized weights");

@@ -1500,6 +1500,15 @@ __global__ void __launch_bounds__(384, wq_ctas<F, TN, SC>())
           af[3] = Op::mul2(af[3], sf[1]);
         }
       } else {  // 8-bit atoms: int8 codes minus zero points, or (FP8 weight-only) e4m3 codes, NaN kept
+        if constexpr (F == WFmt::kFP8) {
+          // as fp4 units above: where K ends inside the last stage its other slots are stale shared
+          // memory, whose bytes may be e4m3 NaN codes (NaN x the zero-filled tokens = NaN; stale int8
+          // codes are finite, so x 0 adds 0). First GPU run (s46, H100): every output NaN without this.
+          if (kb * ATOMS + (st >> 1) >= katoms) {
+            af[0] = af[1] = af[2] = af[3] = 0u;
+            return;
+          }
+        }
         const uint4 v = r.v[st >> 1];
         const uint32_t w0 = (st & 1) ? v.z : v.x, w1 = (st & 1) ? v.w : v.y;  // n half 0 / 1
         const auto dq = [&](uint32_t w, int b, int h) {

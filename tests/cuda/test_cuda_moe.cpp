@@ -1695,10 +1695,12 @@ TEST(CudaLayer, RefusesLoudly) {
   }
 }
 
-// FP8 weight-only at prefill sizes: with QMOE_CUDA_FP8A16_WGMMA=1 (opt-in until this test has run on
+// FP8 weight-only at prefill sizes: with QMOE_CUDA_FP8A16_WGMMA=1 (opt-in until this test has passed on
 // a GPU: moe_forward.cu fp8_a16_wgmma_on) tensor / channel scales take the Hopper wq kernel (the atoms
 // decoded to exact bf16 / fp16 register operands, fp32 sums: the exact paths' tolerance), with 0 the
-// mma.sync tiles; block scales never take it.
+// mma.sync tiles; block scales never take it. H = 392 (K padded to 448: 14 atoms of 32) ends GEMM1's K
+// in its fourth 128-k stage, half full, whose ring slot no earlier stage has written: its other half
+// is whatever shared memory held (the first run, s46, read NaN codes there: every output NaN).
 TEST(CudaSm90, Fp8WeightOnlyOnTheWqKernelAndOffIt) {
   SKIP_WITHOUT_GPU();
   SKIP_WITHOUT_SM90();

@@ -1461,6 +1461,11 @@ __global__ void __launch_bounds__(384, wq_ctas<F, TN, SC>())
         }
       }
     };
+    // k16 step st of stage kb lies in an atom / unit inside K. Where K ends inside the last stage,
+    // that stage's other slots are stale shared memory: fp4 scale bytes there may decode to inf and
+    // e4m3 codes to NaN (x the zero-filled tokens = NaN; stale int8 / int4 codes are finite, x 0 adds
+    // 0). FP8 weight-only's first GPU run (s46, H100) had every output NaN without this check.
+    const auto in_k = [&](int kb, int st) { return kb * ATOMS + st / (8 / RAWN) < katoms; };
     const auto convert = [&](const Raw& r, int kb, int st, uint32_t (&af)[4], bool one_grp = false) {
       if constexpr (FP4) {
         // unit st / 4, its k16 block b = st % 4; rows g (h = 0) and g + 8 (h = 1)
@@ -1468,9 +1473,7 @@ __global__ void __launch_bounds__(384, wq_ctas<F, TN, SC>())
         const uint4 v = r.v[u];
         const uint32_t w = b == 0 ? v.x : b == 1 ? v.y : b == 2 ? v.z : v.w;
         uint32_t s2[2] = {0u, 0u};
-        // the last stage of an odd unit count holds one unit: the other slot is stale shared
-        // memory whose scale bytes may decode to inf (inf x the zero-filled tokens = NaN)
-        if (kb * ATOMS + u < katoms)
+        if (in_k(kb, st))
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
           if constexpr (F == WFmt::kNV4) {
@@ -1500,14 +1503,9 @@ __global__ void __launch_bounds__(384, wq_ctas<F, TN, SC>())
           af[3] = Op::mul2(af[3], sf[1]);
         }
       } else {  // 8-bit atoms: int8 codes minus zero points, or (FP8 weight-only) e4m3 codes, NaN kept
-        if constexpr (F == WFmt::kFP8) {
-          // as fp4 units above: where K ends inside the last stage its other slots are stale shared
-          // memory, whose bytes may be e4m3 NaN codes (NaN x the zero-filled tokens = NaN; stale int8
-          // codes are finite, so x 0 adds 0). First GPU run (s46, H100): every output NaN without this.
-          if (kb * ATOMS + (st >> 1) >= katoms) {
-            af[0] = af[1] = af[2] = af[3] = 0u;
-            return;
-          }
+        if (F == WFmt::kFP8 && !in_k(kb, st)) {
+          af[0] = af[1] = af[2] = af[3] = 0u;
+          return;
         }
         const uint4 v = r.v[st >> 1];
         const uint32_t w0 = (st & 1) ? v.z : v.x, w1 = (st & 1) ? v.w : v.y;  // n half 0 / 1

@@ -86,13 +86,12 @@ int chunk_of(const DevProj& pr, ActQuant aq) {
 
 // fp8 weights with 16-bit activations (FP8 weight-only): GemmParams::a16.
 bool fp8_a16(const DevExperts& ex) { return ex.fmt == WFmt::kFP8 && ex.act_quant == ActQuant::kNone; }
-// FP8 weight-only with tensor / channel scales on the Hopper wq kernel (sm90_eligible). Opt-in,
-// QMOE_CUDA_FP8A16_WGMMA=1, until CudaSm90.Fp8WeightOnlyOnTheWqKernelAndOffIt (which forces it on and
-// off) passes on a GPU: its first run (s46, H100) found NaN from stale ring slots past K, fixed in
-// the kernel's fp8 convert but not yet rerun; it measured 1.0-2.5x faster than mma.sync at 256-4096
-// tokens (docs/perf.md). By default FP8A16 stays on the mma.sync / decode kernels, verified on an
-// H100 (tests; read per plan).
-bool fp8_a16_wgmma_on() { return env_on("QMOE_CUDA_FP8A16_WGMMA", false); }
+// FP8 weight-only with tensor / channel scales on the Hopper wq kernel (sm90_eligible), the default
+// since s47: CudaSm90.Fp8WeightOnlyOnTheWqKernelAndOffIt and the whole CUDA suite with it on passed
+// on an H100 (docs/gpu_logs/2026-12-07_s47/r1), after s46's first run had found NaN from stale ring
+// slots past K; 1.0-2.4x faster than mma.sync at 256-4096 tokens (docs/perf.md).
+// QMOE_CUDA_FP8A16_WGMMA=0 keeps FP8A16 on the mma.sync / decode kernels.
+bool fp8_a16_wgmma_on() { return env_on("QMOE_CUDA_FP8A16_WGMMA", true); }
 
 int mode_of(const DevProj& pr, ActQuant aq) {
   if (pr.fmt == WFmt::k16) return 0;

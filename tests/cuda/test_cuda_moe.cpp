@@ -202,7 +202,8 @@ std::vector<Case> all_schemes() {
     s.kind = SchemeKind::kFP8W8A8; s.fp8_strategy = Strategy::kChannel; s.act = ActQuant::kFP8Token;
     s.act_dtype = DType::kF16; });
   // FP8 weight-only: exact e4m3 operands (bf16 for a bf16 model, fp16 for fp16) times the 16-bit
-  // activations, fp32 sums, the scales after: the exact paths' tolerance; never the Hopper path
+  // activations, fp32 sums, the scales after: the exact paths' tolerance; on sm_90 tensor / channel
+  // scales take the Hopper wq kernel from its row threshold (CudaSm90.Fp8WeightOnlyOnTheWqKernelAndOffIt)
   for (Strategy w : ws)
     add(str("fp8a16_", strategy_name(w)), [&](auto& s) {
       s.kind = SchemeKind::kFP8A16; s.fp8_strategy = w; s.act = ActQuant::kNone; s.block = {8, 128}; });
@@ -1695,8 +1696,8 @@ TEST(CudaLayer, RefusesLoudly) {
   }
 }
 
-// FP8 weight-only at prefill sizes: with QMOE_CUDA_FP8A16_WGMMA=1 (opt-in until this test has passed on
-// a GPU: moe_forward.cu fp8_a16_wgmma_on) tensor / channel scales take the Hopper wq kernel (the atoms
+// FP8 weight-only at prefill sizes: with QMOE_CUDA_FP8A16_WGMMA=1 (the default: moe_forward.cu
+// fp8_a16_wgmma_on) tensor / channel scales take the Hopper wq kernel (the atoms
 // decoded to exact bf16 / fp16 register operands, fp32 sums: the exact paths' tolerance), with 0 the
 // mma.sync tiles; block scales never take it. H = 392 (K padded to 448: 14 atoms of 32) ends GEMM1's K
 // in its fourth 128-k stage, half full, whose ring slot no earlier stage has written: its other half
@@ -1738,6 +1739,8 @@ TEST(CudaSm90, Fp8WeightOnlyOnTheWqKernelAndOffIt) {
 // FP8 weight-only with e4m3 NaN codes (S.1111.111; a checkpoint may hold them and the reference
 // decodes them as NaN): the outputs they reach are NaN on the device too, every other output as
 // the reference. The bf16 operands' bit shuffle (dq_fp8_pair) would read the code as 480, finite.
+// M = 300 (120 rows per expert) runs the Hopper wq kernel on sm_90 (channel scales), the rest the
+// decode / mma.sync kernels.
 TEST(CudaMoe, Fp8WeightOnlyNaNCodesStayNaN) {
   SKIP_WITHOUT_GPU();
   for (DType act : {DType::kBF16, DType::kF16}) {
@@ -1757,7 +1760,10 @@ TEST(CudaMoe, Fp8WeightOnlyNaNCodesStayNaN) {
       Routing r = random_routing(m, k, E, 50 + m);
       Tensor want = ref::reference_forward_routed(w, config(E, k), nullptr, x, r.w, r.ids);
       Tensor got = run_device(ex, nullptr, x, r, false);
-      const std::string what = str(dtype_name(act), " M=", m, " (", cuda::forward_kernels(ex, m, k), ")");
+      const std::string kern = cuda::forward_kernels(ex, m, k);
+      const std::string what = str(dtype_name(act), " M=", m, " (", kern, ")");
+      if (m == 300 && cuda::sm90_available())
+        EXPECT_NE(kern.find("sm90"), std::string::npos) << what << ": not the Hopper wq kernel";
       int64_t nans = 0;
       for (int64_t i = 0; i < want.numel(); ++i) {
         const bool wn = std::isnan(test::value_at(want, i));

@@ -375,14 +375,22 @@ inline bool stream_x_evict_last(int hint = -1) { return hint >= 0 ? hint == 1 : 
 //    session), at 32-64 rows 0.43-0.87x; fp4 units on the H200 (thirty-ninth session) at 128 rows
 //    1.04-1.10x, at 256 rows 1.10-1.17x, at 1024 rows (mixtral-8x7b M = 4096) 1.23-1.28x, at 32-64
 //    rows 0.76-0.87x.
-//    wq_tn = 32 / 64 / 128 / 256 forces it (QMOE_CUDA_WQ_TN, measurements; 256 only where direct or on fp4 units).
+//    int8 / fp8 atoms (WNA16 int8 and FP8 weight-only with channel / tensor scales, both straight
+//    into acc) from kWq256Rows8 = 1024 rows: their 256-row tiles hold two 80 KiB stages, not three,
+//    and measured against 128 (forty-seventh session, H100, three alternations, fp8-a16 / int8)
+//    1.08 / 1.11x at 1024 rows (mixtral-8x7b M = 4096), but 0.91-0.95x at 256 rows (llama4-scout /
+//    qwen3-30b-a3b M = 4096, mixtral-8x7b M = 1024) and 0.84-0.89x at 128 (deepseek-v3 / gpt-oss-120b
+//    M = 4096).
+//    wq_tn = 32 / 64 / 128 / 256 forces it (QMOE_CUDA_WQ_TN, measurements; 256 only where wide_rows > 0 or on fp4 units).
 //  * INT8 W8A8 (IGMMA on the plain copy; eighteenth session, r3, against the decode / 16-row
 //    mma.sync kernels, whose int8 path is slower than fp8's): from 2 rows per expert, M-blocks as
 //    16-bit / fp8 (deepseek-v3 / gpt-oss-120b M = 64, 2 rows: 1.21 / 1.17x; qwen3-30b-a3b M = 64,
 //    4 rows: 1.19x; M = 256, 16 rows: 1.74x).
-constexpr int64_t kWq256Rows = 128;
+constexpr int64_t kWq256Rows = 128, kWq256Rows8 = 1024;
+// wide_rows (kWq): the rows per expert from which the layer's wq kernel takes 256-row token tiles
+// (kWq256Rows for int4 straight into acc, kWq256Rows8 for int8 / fp8 atoms), 0 where it cannot
 inline Sm90Choice select_sm90(int64_t rows, int num_experts, Sm90Kind kind, int min_rows = 0, int rows64_max = -1,
-                              int wq_tn = 0, bool w4a8 = false, bool direct = false) {
+                              int wq_tn = 0, bool w4a8 = false, int64_t wide_rows = 0) {
   Sm90Choice c;
   int need = 16;  // kPlain
   if (min_rows > 0) need = min_rows;
@@ -396,13 +404,13 @@ inline Sm90Choice select_sm90(int64_t rows, int num_experts, Sm90Kind kind, int 
     const bool b64 = rows64_max >= 0 ? rows <= rows64_max : (rows <= 40 || many_experts64);
     c.bm = b64 ? 64 : 128;
   } else if (kind == Sm90Kind::kWq || kind == Sm90Kind::kFp4) {
-    const bool wide = kind == Sm90Kind::kWq && direct;
-    c.bm = wq_tn == 256 ? (wide || kind == Sm90Kind::kFp4 ? 256 : 128)
+    const int64_t from256 = kind == Sm90Kind::kFp4 ? kWq256Rows : wide_rows;
+    c.bm = wq_tn == 256 ? (from256 > 0 ? 256 : 128)
            : wq_tn == 32 || wq_tn == 64 || wq_tn == 128 ? wq_tn
            : rows <= 24                                    ? 32
            : rows <= 48 || (many_experts64 && !w4a8)       ? 64
-           : (wide || kind == Sm90Kind::kFp4) && rows >= kWq256Rows ? 256
-                                                                    : 128;
+           : from256 > 0 && rows >= from256                ? 256
+                                                           : 128;
   }
   return c;
 }

@@ -341,17 +341,21 @@ struct ExpertsPlan {
                             : ex.fmt == WFmt::kNV4 || ex.fmt == WFmt::kMX4   ? Sm90Kind::kFp4
                             : op.wq                                            ? Sm90Kind::kWq
                                                                                : Sm90Kind::kPlain;
-      // int4 WNA16 whose GEMMs both accumulate straight into acc (channel or folded group scales):
-      // the wq kernel's 256-row token tiles apply
+      // WNA16 whose GEMMs both accumulate straight into acc (int4: channel or folded group scales; int8:
+      // channel scales), and FP8 weight-only (tensor / channel scales only: sm90_eligible): the wq
+      // kernel's 256-row token tiles apply, from config.h's rows per expert
       const auto direct_acc = [&](const DevProj& pr) {
-        return chunk_of(pr, ex.act_quant) >= pr.kp || (wq_fold_on() && proj_folds(ex, pr));
+        return chunk_of(pr, ex.act_quant) >= pr.kp ||
+               (ex.fmt == WFmt::kU4 && wq_fold_on() && proj_folds(ex, pr));
       };
-      const bool direct = op.wq && ex.fmt == WFmt::kU4 && ex.act_quant == ActQuant::kNone && direct_acc(ex.w13) &&
-                          direct_acc(ex.w2);
+      const bool direct = op.wq && (fp8_a16(ex) || ((ex.fmt == WFmt::kU4 || ex.fmt == WFmt::kU8) &&
+                                                    ex.act_quant == ActQuant::kNone && direct_acc(ex.w13) &&
+                                                    direct_acc(ex.w2)));
+      const int64_t wide_rows = !direct ? 0 : ex.fmt == WFmt::kU4 ? kWq256Rows : kWq256Rows8;
       Sm90Choice c2 =
           select_sm90(rows_per_expert, ex.num_experts, kind, wgmma_min_rows_env(), wg64_max_rows_env(), wq_tn_env(),
                       ex.fmt == WFmt::kU4 && ex.act_quant != ActQuant::kNone,  // W4A8 (int4 x quantized activations)
-                      direct);
+                      wide_rows);
       const bool sm90_ok = sm90_eligible(ex);
       c2.wgmma = c2.wgmma && sm90_ok;
       // 16-bit weights, fp8 with one scale pair for all of K in both projections, INT8 W8A8 (channel

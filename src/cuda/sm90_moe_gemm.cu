@@ -1129,9 +1129,10 @@ constexpr int wq_ctas() {
 constexpr int kWqRingBytes = 192 * 1024;
 // TN: the M-block's token rows, wgmma's N (128, or 64 / 32 where experts hold few rows: a 128-row
 // block there is mostly padding, and its tensor work and token bytes scale with TN; 256 where they
-// hold many and the kernel accumulates straight into acc (int4 channel / folded scales, fp4 units): each
-// dequantized A fragment then feeds 256 token columns, half the conversion per multiply-add, with
-// 128 accumulators per thread and three 72 KiB stages).
+// hold many and the kernel accumulates straight into acc (int4 channel / folded scales, fp4 units,
+// int8 WNA16 and FP8 weight-only with channel / tensor scales): each dequantized A fragment then feeds 256 token
+// columns, half the conversion per multiply-add, with 128 accumulators per thread and three 72 KiB
+// stages, or two 80 KiB ones for 8-bit atoms, whose three would not fit the 227 KiB an SM gives).
 template <WFmt F, int TN = kBM, int SC = kScChannel, bool Q8 = false>
 struct WqCfg {
   static_assert(TN == 256 || TN == 128 || TN == 64 || TN == 32, "token tiles of 256, 128, 64 or 32 rows");
@@ -1140,7 +1141,7 @@ struct WqCfg {
   static constexpr int X_ST = (Q8 ? 1 : 2) * TN * 128;
   static constexpr int W_ST = 8 * ATOMS * WqFmt<F>::UNIT;  // 8 n16 tiles
   static constexpr int RING = kWqRingBytes / wq_ctas<F, TN, SC>();
-  static constexpr int STAGES = TN == 256   ? 3
+  static constexpr int STAGES = TN == 256   ? (3 * (X_ST + W_ST) <= 216 * 1024 ? 3 : 2)
                                 : TN == 128 ? kWqStages
                                             : (RING / (X_ST + W_ST) < 12 ? RING / (X_ST + W_ST) : 12);
   // + row scales, slots, weights, the tile of each stage (persistent kernel), alignment
@@ -1227,8 +1228,8 @@ __global__ void __launch_bounds__(384, wq_ctas<F, TN, SC>())
   static_assert(!FOLD || F == WFmt::kU4, "folded group scales: int4 atoms");
   static_assert(!Q8 || (F == WFmt::kU4 && !FOLD && wq_ctas<F, TN, SC>() == 1),
                 "Q8: int4 atoms, group or channel scales, one CTA per SM (the interleaved loop)");
-  static_assert(TN != 256 || ((kWqFp4<F> || (F == WFmt::kU4 && (CHANNEL || FOLD))) && !Q8),
-                "256-row token tiles: int4 atoms or fp4 units accumulating straight into acc (no second accumulator set)");
+  static_assert(TN != 256 || ((kWqFp4<F> || (F == WFmt::kU4 && (CHANNEL || FOLD)) || (WqFmt<F>::KA == 32 && CHANNEL)) && !Q8),
+                "256-row token tiles: int4 / int8 / fp8 atoms or fp4 units accumulating straight into acc (no second accumulator set)");
   // the zero-point magic and the exact (u - z) pairs: fp16 for Q8 (converted to e4m3 from there)
   using CvOp = std::conditional_t<Q8, F16, Op>;
   constexpr int NJ = TN / 8;  // n8 token groups of the accumulators
@@ -2098,8 +2099,11 @@ void launch_wq(const Sm90Gemm& p, cudaStream_t s) {
   }
   QMOE_CHECK(!p.q8, kInternal, "sm90 wq GEMM: Q8 is for int4 atoms with group or channel scales");
   if (p.block == 256) {
-    if constexpr (kWqFp4<F> || (F == WFmt::kU4 && SC != kScGroup)) launch_wq_tn<Op, F, SC, 256>(p, s);
-    else QMOE_CHECK(false, kInternal, "sm90 wq GEMM: 256-row M-blocks are for fp4, or int4 with channel or folded scales");
+    if constexpr (kWqFp4<F> || (F == WFmt::kU4 && SC != kScGroup) || (WqFmt<F>::KA == 32 && SC == kScChannel))
+      launch_wq_tn<Op, F, SC, 256>(p, s);
+    else
+      QMOE_CHECK(false, kInternal,
+                 "sm90 wq GEMM: 256-row M-blocks are for fp4, int4 with channel or folded scales, or int8 / fp8 with channel scales");
     return;
   }
   if (p.block == 32) launch_wq_tn<Op, F, SC, 32>(p, s);

@@ -407,6 +407,9 @@ TEST(CudaSm90, PrefillPathIsTakenAndMatchesReference) {
     const bool b64 = kind == SchemeKind::kUnquantized || kind == SchemeKind::kFP8W8A8 || kind == SchemeKind::kINT8W8A8;
     std::vector<int64_t> ms = {333, 1200};
     if (b64) ms.insert(ms.begin(), 60);
+    // int8 atoms straight into acc: 256-row token tiles from 1024 rows per expert (config.h kWq256Rows8)
+    const bool wide8 = c.name == "int8_channel_asym";
+    if (wide8) ms.push_back(2600);
     if (kind == SchemeKind::kUnquantized || kind == SchemeKind::kFP8W8A8 || kind == SchemeKind::kINT8W8A8)
       ASSERT_NE(ex.w13.wp.ptr, nullptr) << c.name << ": no plain weight copy for the Hopper path";
     std::optional<ExpertWeights> rounded;
@@ -416,6 +419,7 @@ TEST(CudaSm90, PrefillPathIsTakenAndMatchesReference) {
         const Tol tol = tol_for(w, kern);
         ASSERT_NE(kern.find("sm90"), std::string::npos) << c.name << " M=" << m << " ran " << kern;
         ASSERT_EQ(kern.find("wgmma64") != std::string::npos, m == 60) << c.name << " M=" << m << " ran " << kern;
+        if (wide8) ASSERT_EQ(kern.find("wgmma256") != std::string::npos, m == 2600) << c.name << " M=" << m << " ran " << kern;
         Tensor x = test::random_tensor(w.act_dtype, {m, H}, 310 + m + mode);
         Routing r = random_routing(m, 2, E, 320 + m + mode, mode);
         Tensor want = ref::reference_forward_routed(w, config(E, 2), nullptr, x, r.w, r.ids);
@@ -1700,8 +1704,9 @@ TEST(CudaLayer, RefusesLoudly) {
 // fp8_a16_wgmma_on) tensor / channel scales take the Hopper wq kernel (the atoms
 // decoded to exact bf16 / fp16 register operands, fp32 sums: the exact paths' tolerance), with 0 the
 // mma.sync tiles; block scales never take it. H = 392 (K padded to 448: 14 atoms of 32) ends GEMM1's K
-// in its fourth 128-k stage, half full, whose ring slot no earlier stage has written: its other half
-// is whatever shared memory held (the first run, s46, read NaN codes there: every output NaN).
+// in its fourth 128-k stage, half full, whose ring slot no earlier stage has written (128-row tiles:
+// four stages): its other half is whatever shared memory held (the first run, s46, read NaN codes
+// there: every output NaN).
 TEST(CudaSm90, Fp8WeightOnlyOnTheWqKernelAndOffIt) {
   SKIP_WITHOUT_GPU();
   SKIP_WITHOUT_SM90();
@@ -1721,12 +1726,15 @@ TEST(CudaSm90, Fp8WeightOnlyOnTheWqKernelAndOffIt) {
     cuda::DevExperts ex = cuda::prepare(w, Activation::kSiluMul);
     for (const char* on : {"1", "0"}) {
       test::ScopedEnv env("QMOE_CUDA_FP8A16_WGMMA", on);
-      for (int64_t m : {300, 1100}) {
+      for (int64_t m : {300, 1100, 3100}) {
         const std::string kern = cuda::forward_kernels(ex, m, k);
         const std::string what =
             str(strategy_name(v.st), " ", dtype_name(v.act), " wgmma=", on, " M=", m, " (", kern, ")");
         const bool hopper = kern.find("sm90") != std::string::npos;
         EXPECT_EQ(hopper, on[0] == '1' && v.st != Strategy::kBlock) << what;
+        // M = 3100: 1033 rows per expert, the 256-row token tiles (two 80 KiB stages; config.h
+        // kWq256Rows8); M = 300 / 1100: 128-row ones
+        if (hopper) EXPECT_EQ(kern.find("wgmma256") != std::string::npos, m == 3100) << what;
         Tensor x = test::random_tensor(v.act, {m, H}, 60 + m);
         Routing r = random_routing(m, k, E, 70 + m);
         Tensor want = ref::reference_forward_routed(w, config(E, k), nullptr, x, r.w, r.ids);

@@ -345,8 +345,18 @@ TEST(SelectSm90, RowsPerExpertThresholds) {
   // 256-row token tiles: int4 accumulating straight into acc in both GEMMs (direct) and fp4 units, with
   // >= kWq256Rows rows per expert; never for the promoting kernels or W4A8, even when forced
   auto wq = [](int64_t rows, int E, Sm90Kind k, bool direct, int tn = 0) {
-    return select_sm90(rows, E, k, 0, -1, tn, false, direct).bm;
+    return select_sm90(rows, E, k, 0, -1, tn, false, direct ? kWq256Rows : 0).bm;
   };
+  // int8 / fp8 atoms (two 80 KiB stages): from kWq256Rows8 = 1024 rows (mixtral-8x7b M = 4096)
+  auto wq8 = [](int64_t rows, int tn = 0) {
+    return select_sm90(rows, 8, Sm90Kind::kWq, 0, -1, tn, false, kWq256Rows8).bm;
+  };
+  EXPECT_EQ(kWq256Rows8, 1024);
+  EXPECT_EQ(wq8(1024), 256);
+  EXPECT_EQ(wq8(1023), 128);
+  EXPECT_EQ(wq8(256), 128);   // llama4-scout / qwen3-30b-a3b M = 4096: 0.91-0.95x on 256-row tiles
+  EXPECT_EQ(wq8(128, 256), 256);  // forced
+  EXPECT_EQ(wq8(2048, 128), 128);
   EXPECT_EQ(wq(kWq256Rows, 8, Sm90Kind::kWq, true), 256);
   EXPECT_EQ(wq(kWq256Rows - 1, 8, Sm90Kind::kWq, true), 128);
   EXPECT_EQ(wq(1024, 8, Sm90Kind::kWq, false), 128);

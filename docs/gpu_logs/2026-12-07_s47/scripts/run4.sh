@@ -15,7 +15,7 @@ grep -E "^\[  (PASSED|FAILED) |FAILED|Failure" $W/tests.log | head -20
 pack
 for pass in 1 2; do
   for tn in 0 128; do
-    [ $(el) -lt 200 ] || break
+    [ $(el) -lt 130 ] || break
     QMOE_CUDA_WQ_TN=$tn timeout 60 $B/qmoe bench --backend cuda --shape all --m 1024,4096 --scheme fp8-a16,int8 --json $W/b_tn${tn}_p$pass.json > $W/b_tn${tn}_p$pass.md 2>$W/b_tn${tn}_p$pass.err; echo "bench tn=$tn pass $pass rc $? $(el)"
   done
   pack

@@ -1127,6 +1127,13 @@ constexpr int wq_ctas() {
   return TN == 32 || (TN == 64 && (SC != kScGroup || F == WFmt::kNV4 || F == WFmt::kMX4)) ? 2 : 1;
 }
 constexpr int kWqRingBytes = 192 * 1024;
+// Where the wq kernel has 256-row token tiles (WqCfg below): the layouts that accumulate straight
+// into acc (no second accumulator set): fp4 units, int4 atoms with channel / folded scales, int8 /
+// fp8 atoms with channel scales.
+template <WFmt F, int SC>
+constexpr bool wq_tn256() {
+  return kWqFp4<F> || (F == WFmt::kU4 && SC != kScGroup) || (WqFmt<F>::KA == 32 && SC == kScChannel);
+}
 // TN: the M-block's token rows, wgmma's N (128, or 64 / 32 where experts hold few rows: a 128-row
 // block there is mostly padding, and its tensor work and token bytes scale with TN; 256 where they
 // hold many and the kernel accumulates straight into acc (int4 channel / folded scales, fp4 units,
@@ -1228,7 +1235,7 @@ __global__ void __launch_bounds__(384, wq_ctas<F, TN, SC>())
   static_assert(!FOLD || F == WFmt::kU4, "folded group scales: int4 atoms");
   static_assert(!Q8 || (F == WFmt::kU4 && !FOLD && wq_ctas<F, TN, SC>() == 1),
                 "Q8: int4 atoms, group or channel scales, one CTA per SM (the interleaved loop)");
-  static_assert(TN != 256 || ((kWqFp4<F> || (F == WFmt::kU4 && (CHANNEL || FOLD)) || (WqFmt<F>::KA == 32 && CHANNEL)) && !Q8),
+  static_assert(TN != 256 || (wq_tn256<F, SC>() && !Q8),
                 "256-row token tiles: int4 / int8 / fp8 atoms or fp4 units accumulating straight into acc (no second accumulator set)");
   // the zero-point magic and the exact (u - z) pairs: fp16 for Q8 (converted to e4m3 from there)
   using CvOp = std::conditional_t<Q8, F16, Op>;
@@ -2099,8 +2106,7 @@ void launch_wq(const Sm90Gemm& p, cudaStream_t s) {
   }
   QMOE_CHECK(!p.q8, kInternal, "sm90 wq GEMM: Q8 is for int4 atoms with group or channel scales");
   if (p.block == 256) {
-    if constexpr (kWqFp4<F> || (F == WFmt::kU4 && SC != kScGroup) || (WqFmt<F>::KA == 32 && SC == kScChannel))
-      launch_wq_tn<Op, F, SC, 256>(p, s);
+    if constexpr (wq_tn256<F, SC>()) launch_wq_tn<Op, F, SC, 256>(p, s);
     else
       QMOE_CHECK(false, kInternal,
                  "sm90 wq GEMM: 256-row M-blocks are for fp4, int4 with channel or folded scales, or int8 / fp8 with channel scales");

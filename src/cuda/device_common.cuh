@@ -24,6 +24,8 @@
 #define QMOE_CUDA_LAUNCH_OK() QMOE_CUDA_OK(cudaGetLastError())
 
 namespace qmoe::cuda {
+// The dynamic shared memory one block may take on sm_90 (H100 / H200): 227 KiB.
+constexpr int kSm90MaxSmem = 227 * 1024;
 // Programmatic dependent launch (sm_90 and up; QMOE_CUDA_PDL=0 turns it off): the layer's kernels
 // after the first are launched so that each may start while its predecessor finishes (CUDA graphs
 // keep the programmatic edges); every such kernel calls dev::pdl_wait() before it reads what an

@@ -1349,7 +1349,7 @@ Dec90Plan dec90_plan(WFmt fmt, int mode, int chunk, int kp, int ktiles_per_split
     // blocks per SM with `st` stages (0: two blocks do not fit)
     const auto blocks_at = [&](int st, int slab, int rb) {
       const int total = dec90_smem(st, stage_bytes(slab), max_rows, krange, nch, nzch, rb, rows).total;
-      return total <= 227 * 1024 && dec90_two_fit(total) ? std::min(reg, dec90_smem_blocks(total)) : 0;
+      return total <= kSm90MaxSmem && dec90_two_fit(total) ? std::min(reg, dec90_smem_blocks(total)) : 0;
     };
     const bool keep_two = fmt == WFmt::k16 && blocks_at(2, base, 2) > 0;
     const Dec90Shape sh = dec90_balance(natoms, base, many_items ? (per_chunk ? base : 1) : 0, [&](int slab, int rb) {
@@ -1406,7 +1406,7 @@ void launch_one90(int slab_kt, int max_rows, const GemmParams& p, cudaStream_t s
   const int krange = p.ktiles_per_split * 64;
   QMOE_CHECK(!(MODE == 1 && p.chunk < p.kp) || (slab_atoms * DecFmt<F>::KA) % p.chunk == 0, kInternal,
              "moe_decode90: a slab of ", slab_atoms, " atoms does not hold whole scale chunks of ", p.chunk);
-  QMOE_CHECK(L.total <= 227 * 1024, kInternal, "moe_decode90: K range ", krange, " per block is too long");
+  QMOE_CHECK(L.total <= kSm90MaxSmem, kInternal, "moe_decode90: K range ", krange, " per block is too long");
   auto kern = moe_decode90_kernel<Op, F, MODE, R>;
   static int smem_set = 48 * 1024;  // per instantiation; benign if two threads race (both set enough)
   if (L.total > smem_set) {
@@ -1484,7 +1484,7 @@ bool decode90_use(WFmt fmt, int mode, int chunk, int kp, int ktiles_per_split, i
   // Measured on the H200 (docs/perf.md): the bulk kernel wins where two blocks share an SM and
   // loses at one block per SM (gpt-oss-120b M = 16 with a 4-stage ring: 8 staged rows of K = 2880).
   const Dec90Plan d = dec90_plan(fmt, mode, chunk, kp, ktiles_per_split, slab_ktiles, max_rows, zero, rows);
-  if (d.L.total > 227 * 1024) return false;
+  if (d.L.total > kSm90MaxSmem) return false;
   // its warps' slabs must hold whole scale chunks (a chunk index per slab, flushes counted from the
   // slab's start); groups such as 48 or 96 columns do not divide a 128-column slab: the register-ring
   // kernel, which tracks chunk ends by absolute column, takes those

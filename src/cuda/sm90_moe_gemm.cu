@@ -1148,11 +1148,13 @@ struct WqCfg {
   static constexpr int X_ST = (Q8 ? 1 : 2) * TN * 128;
   static constexpr int W_ST = 8 * ATOMS * WqFmt<F>::UNIT;  // 8 n16 tiles
   static constexpr int RING = kWqRingBytes / wq_ctas<F, TN, SC>();
-  static constexpr int STAGES = TN == 256   ? (3 * (X_ST + W_ST) <= 216 * 1024 ? 3 : 2)
+  // the stages + row scales, slots, weights, the tile of each stage (persistent kernel), alignment
+  static constexpr int smem_for(int stages) { return stages * (X_ST + W_ST) + 2 * stages * 8 + 3 * TN * 4 + stages * 4 + 1024; }
+  static constexpr int STAGES = TN == 256   ? (smem_for(3) <= kSm90MaxSmem ? 3 : 2)
                                 : TN == 128 ? kWqStages
                                             : (RING / (X_ST + W_ST) < 12 ? RING / (X_ST + W_ST) : 12);
-  // + row scales, slots, weights, the tile of each stage (persistent kernel), alignment
-  static constexpr int SMEM = STAGES * (X_ST + W_ST) + 2 * STAGES * 8 + 3 * TN * 4 + STAGES * 4 + 1024;
+  static constexpr int SMEM = smem_for(STAGES);
+  static_assert(SMEM <= kSm90MaxSmem, "the wq kernel's stages exceed an SM's shared memory");
 };
 // One-CTA wq kernels are persistent where Sm90Gemm::tile_counter is non-null (as the tile kernel);
 // two-CTA kernels already overlap one CTA's fill and epilogue with the other's mainloop.

@@ -1281,6 +1281,92 @@ TEST(CudaSm90, OneTokenDecodeWithoutAlign) {
   }
 }
 
+// One token under direct routing: GEMM2 sums the top k itself (GemmParams::sum_count, no reduce
+// launch). Two forwards on one workspace (poisoned before the first: the counters must be cleared
+// by GEMM1, and cleared again for the second; y poisoned before each), against the reference and,
+// where GEMM2's o rows are deterministic (at most two K splits: a + b is b + a), bit for bit
+// against the reduce kernel (QMOE_CUDA_FUSED_SUM=0). Shapes: H = 520 (the last n16 column tile
+// half past N), I = 200 (no GEMM2 split) and I = 2100 (GEMM2 split over K: two at top-8, more at
+// top-1); top-1 / 8 / 32 of 40 experts; 16-bit, fp8 (h quantized in GEMM2), int4 and MXFP4 weights.
+// With a shared expert or an expert map the reduce kernel runs (the shared row joins there; the
+// fused sum counts every slot), both against the reference.
+TEST(CudaSm90, OneTokenTopKSumInGemm2) {
+  SKIP_WITHOUT_GPU();
+  SKIP_WITHOUT_SM90();
+  std::vector<Case> cases;
+  auto add = [&](std::string n, auto f) { add_case(cases, std::move(n), f); };
+  add("bf16", [](auto&) {});
+  add("fp8_channel_token", [](auto& sp) {
+    sp.kind = SchemeKind::kFP8W8A8; sp.fp8_strategy = Strategy::kChannel; sp.act = ActQuant::kFP8Token; });
+  add("int4_g128_asym", [](auto& sp) { sp.kind = SchemeKind::kWNA16; sp.bits = 4; sp.group_size = 128; sp.symmetric = false; });
+  add("mxfp4a16", [](auto& sp) { sp.kind = SchemeKind::kMXFP4A16; sp.group_size = 32; });
+  const int E = 40, H = 520;
+  int split_runs = 0, fused_runs = 0;
+  for (size_t ci = 0; ci < cases.size(); ++ci) {
+    for (int I : {200, 2100}) {
+      const Case& c = cases[ci];
+      ExpertWeights w = make_weights(c.spec, E, H, I, 860 + static_cast<int>(ci) * 7 + I);
+      cuda::DevExperts ex = cuda::prepare(w, Activation::kSiluMul);
+      for (int k : {1, 8, 32}) {
+        const std::string what = str(c.name, " I=", I, " top-", k);
+        const std::string kern = cuda::forward_kernels(ex, 1, k);
+        ASSERT_NE(kern.find("sum-in-gemm2"), std::string::npos) << what << " ran " << kern;
+        const size_t g2 = kern.find("gemm2=");
+        const int splits2 = std::atoi(kern.c_str() + kern.find("/split", g2) + 6);
+        ASSERT_GE(splits2, 1) << kern;
+        split_runs += splits2 > 1;
+        Tensor x = test::random_tensor(w.act_dtype, {1, H}, 870 + k + I);
+        Routing r = random_routing(1, k, E, 880 + k + I);
+        Tensor want = ref::reference_forward_routed(w, config(E, k), nullptr, x, r.w, r.ids);
+        const Tol tol = tol_for(w, kern);
+        // two forwards on one poisoned workspace
+        cuda::DevBuf dx = up(x.raw(), x.nbytes()), dw = up(r.w.raw(), r.w.nbytes()), di = up(r.ids.raw(), r.ids.nbytes());
+        cuda::DevBuf dy(static_cast<size_t>(H) * 2 + 16);
+        cuda::Workspace ws;
+        ws.reserve(cuda::workspace_bytes(ex, nullptr, 1, k, 0));
+        ASSERT_EQ(cudaMemset(ws.buf.ptr, 0xFF, ws.bytes), cudaSuccess);
+        cuda::ForwardArgs a;
+        a.x = dx.ptr; a.topk_w = dw.as<float>(); a.topk_ids = di.as<int32_t>(); a.y = dy.ptr;
+        a.m = 1; a.top_k = k;
+        Tensor got[2] = {Tensor(ex.act, {1, H}), Tensor(ex.act, {1, H})};
+        for (Tensor& g : got) {
+          ASSERT_EQ(cudaMemset(dy.ptr, 0xFF, dy.bytes), cudaSuccess);
+          cuda::forward(ex, nullptr, a, ws.buf.ptr, nullptr);
+          ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess) << what;
+          ASSERT_EQ(cudaMemcpy(g.raw_mut(), dy.ptr, g.nbytes(), cudaMemcpyDeviceToHost), cudaSuccess);
+          expect_close(g, want, tol, what + " fused");
+        }
+        ++fused_runs;
+        test::ScopedEnv off("QMOE_CUDA_FUSED_SUM", "0");
+        EXPECT_EQ(cuda::forward_kernels(ex, 1, k).find("sum-in-gemm2"), std::string::npos);
+        const Tensor ref_sum = run_device(ex, nullptr, x, r, false);
+        expect_close(ref_sum, want, tol, what + " reduce kernel");
+        if (splits2 <= 2) {
+          EXPECT_EQ(std::memcmp(got[0].raw(), ref_sum.raw(), ref_sum.nbytes()), 0) << what << ": fused sum differs from the reduce kernel's bits";
+          EXPECT_EQ(std::memcmp(got[1].raw(), ref_sum.raw(), ref_sum.nbytes()), 0) << what << ": second forward";
+        }
+      }
+      // a shared expert, and an expert map (48 global experts, global ids divisible by 6 elsewhere)
+      Tensor x = test::random_tensor(w.act_dtype, {1, H}, 890 + I);
+      ExpertWeights ws1 = make_weights(c.spec, 1, H, 136, 895 + I);
+      cuda::DevExperts dsh = cuda::prepare(ws1, Activation::kSiluMul);
+      Routing r = random_routing(1, 8, E, 891 + I);
+      Tensor want = ref::reference_forward_routed(w, config(E, 8), &ws1, x, r.w, r.ids);
+      expect_close(run_device(ex, &dsh, x, r, false), want, tol_for(w, "decode90"), str(c.name, " I=", I, " shared"));
+      std::vector<int32_t> emap(48, -1);
+      for (int gi = 0, l = 0; gi < 48; ++gi)
+        if (gi % 6 != 0) emap[gi] = l++;
+      Routing re = random_routing(1, 8, 48, 892 + I);
+      MoeConfig cfg = config(48, 8);
+      cfg.expert_map = emap;
+      Tensor want_ep = ref::reference_forward_routed(w, cfg, nullptr, x, re.w, re.ids);
+      expect_close(run_device(ex, nullptr, x, re, false, emap), want_ep, tol_for(w, "decode90"), str(c.name, " I=", I, " EP"));
+    }
+  }
+  EXPECT_EQ(fused_runs, 24);
+  EXPECT_GT(split_runs, 0) << "no case split GEMM2 over K";
+}
+
 // The Hopper gather's fp8 activation quantization (sm90_gather_warp_kernel: per token, per 1x128
 // group, static) and int8 per-token one (quant 4, INT8 W8A8) against the reference's
 // (cpu/ref/act_quant.cpp) bit for bit: every code and every scale. Rows of very different

@@ -269,52 +269,6 @@ __device__ __forceinline__ void decode_epilogue(const GemmParams& p, int e, int 
   }
 }
 
-// GemmParams::sum_count (GEMM2 of one token, direct routing), by the weight producer warp once
-// the block's epilogue warps have stored all of its items [item0, item1) (ntiles 32-column tiles per
-// M-block, kNT n16 tiles each; the epilogue warps arrive on named barrier 2, which this warp waits
-// on: after the item loop, and in a warp of its own, so that none of it weighs on the consumers'
-// registers: the 64-register fp8 kernels spilled with it in the epilogue warps). One count per
-// item and n16 tile (lane j counts item j of each 32, the atomics in flight together); the warp that
-// completes a tile's count (sum_expect = slots x K splits) adds the tile's slot rows in k order from
-// 0.f, as reduce_kernel (moe_kernels.cu) does, so y holds the same bits. The fence after the
-// barrier makes the epilogue warps' stores visible before the counts (release: cumulative over the
-// barrier); the summing warp fences after seeing the full count (acquire) and reads the rows from
-// L2 (other SMs wrote them).
-constexpr int kSumBarrier = 2;
-template <class Op>
-__device__ __forceinline__ void sum_tiles_if_last(const GemmParams& p, int item0, int item1, int lane) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(kSumBarrier), "r"(32 * (kNT + 1)) : "memory");
-  __threadfence();
-  const int ntiles = p.np / kDecodeTileN;
-  for (int base = item0; base < item1; base += 32) {
-    const int it = base + lane;
-#pragma unroll
-    for (int half = 0; half < kNT; ++half) {
-      const int tile = (it % ntiles) * kNT + half;
-      const bool last = it < item1 && atomicAdd(p.sum_count + tile, 1) == p.sum_expect - 1;
-      for (uint32_t m = __ballot_sync(0xffffffffu, last); m != 0; m &= m - 1) {
-        __threadfence();
-        const int n = __shfl_sync(0xffffffffu, tile, __ffs(m) - 1) * 16 + lane;
-        if (lane < 16 && n < p.n) {
-          const float* col = static_cast<const float*>(p.out) + n;
-          float acc = 0.f;
-          for (int k0 = 0; k0 < p.numel; k0 += 8) {
-            float v[8];
-#pragma unroll
-            for (int i = 0; i < 8; ++i)
-              if (k0 + i < p.numel) v[i] = __ldcg(col + static_cast<size_t>(k0 + i) * p.ldo);
-#pragma unroll
-            for (int i = 0; i < 8; ++i)
-              if (k0 + i < p.numel) acc += v[i];
-          }
-          static_cast<typename Op::OutT*>(p.sum_y)[n] = Op::out_f(acc);
-        }
-        __syncwarp();
-      }
-    }
-  }
-}
-
 // Accumulator layout of the swapped mma (D = W[16 n][k] x A^T[k][8 tokens]), lane = 4 g + t:
 // c0 = (n g, token 2t), c1 = (n g, token 2t + 1), c2 = (n g + 8, token 2t), c3 = (n g + 8, 2t + 1);
 // j = c >> 1 picks the weight row (w13: gate / up of one intermediate column), h = c & 1 the token.
@@ -906,8 +860,6 @@ __global__ void __launch_bounds__(kThreads90, dec90_min_blocks<F, MODE, R>())
         }
       }
     }
-    __syncwarp();
-    if (p.sum_count != nullptr) sum_tiles_if_last<Op>(p, item0, item1, lane);
     return;
   }
 
@@ -1269,15 +1221,12 @@ __global__ void __launch_bounds__(kThreads90, dec90_min_blocks<F, MODE, R>())
     }
     cur = nxt;
   }
-  if (p.sum_count != nullptr && warp < kNT)  // the weight producer sums the top k (sum_tiles_if_last)
-    asm volatile("bar.arrive %0, %1;\n" ::"r"(kSumBarrier), "r"(32 * (kNT + 1)) : "memory");
 #endif
 }
 
 template <class Op, WFmt F, int MODE>
 void launch_one(int slab_kt, const GemmParams& p, cudaStream_t s) {
-  QMOE_CHECK(p.zero_out == nullptr && p.sum_count == nullptr, kInternal,
-             "moe_decode: zero_out and the top-k sum are the sm_90 bulk kernel's");
+  QMOE_CHECK(p.zero_out == nullptr, kInternal, "moe_decode: zero_out is the sm_90 bulk kernel's (GEMM1 before a split GEMM2)");
   const int krange = p.ktiles_per_split * 64;
   const int smem = std::max(kDecodeRows * (krange * 2 + 16), kDecodeWarps * kNT * 4 * 32 * 4);
   QMOE_CHECK(smem <= 200 * 1024, kInternal, "moe_decode: K range ", krange, " per block is too long");

@@ -120,9 +120,6 @@ bool direct_on() { return env_on("QMOE_CUDA_DIRECT"); }
 // A K-split GEMM2's output zeroed by a bulk-kernel GEMM1 (GemmParams::zero_out); QMOE_CUDA_O_BY_GEMM1=0:
 // by a memset before the layer (measurements, tests; read per forward).
 bool o_by_gemm1_on() { return env_on("QMOE_CUDA_O_BY_GEMM1"); }
-// One token under direct routing: GEMM2 sums the top k itself (GemmParams::sum_count), no reduce
-// launch; QMOE_CUDA_FUSED_SUM=0: the reduce kernel (measurements, tests; read per forward).
-bool fused_sum_on() { return env_on("QMOE_CUDA_FUSED_SUM"); }
 // GEMM2's K splits on the decode kernels: more splits where they shorten the longest block walk
 // (config.h select_decode, balanced); QMOE_CUDA_FILL_BALANCE=0 keeps the doubling fill rule alone
 // (measurements; read per plan).
@@ -299,8 +296,6 @@ struct ExpertsPlan {
   int h_groups = 1;
   float* partial = nullptr;
   float* o = nullptr;
-  int32_t* sum_count = nullptr;  // [sum_ints] (direct routing), o follows it
-  int sum_ints = 0;
   // Hopper path: A rows in sorted order (operand dtype or e4m3), h in sorted order, its e4m3 codes
   bool wg = false;
   bool stream = false;  // ... on the streaming kernel (M-blocks of bm = 16 / 64 rows)
@@ -517,12 +512,7 @@ struct ExpertsPlan {
       h_amax = cv.take<float>(static_cast<size_t>(numel));
     }
     if (c1.splits > 1) partial = cv.take<float>(static_cast<size_t>(numel) * ex.w13.np);
-    // direct routing: GEMM2's top-k sum counters (GemmParams::sum_count) just before o, so that one
-    // GEMM1 zero_out range clears both; a multiple of 4 ints keeps o 16-byte aligned
-    sum_ints = direct ? (ex.w2.np / 16 + 3) / 4 * 4 : 0;
-    float* oc = cv.take<float>(static_cast<size_t>(sum_ints) + static_cast<size_t>(numel) * ex.hidden);
-    sum_count = oc != nullptr && sum_ints > 0 ? reinterpret_cast<int32_t*>(oc) : nullptr;
-    o = oc != nullptr ? oc + sum_ints : nullptr;
+    o = cv.take<float>(static_cast<size_t>(numel) * ex.hidden);
   }
 };
 
@@ -750,14 +740,9 @@ void run_experts_sm90(const DevExperts& ex, const ExpertsPlan& pl, const void* x
 }
 
 // One set of experts: from x and routing to o[slot][H] (router weight applied unless on input).
-// y_sum (the layer's output, or null): where GEMM2 can sum the top k itself (direct routing, no
-// expert map: fused_sum_on), it writes y_sum and run_experts returns true; else forward's reduce.
-bool run_experts(const DevExperts& ex, const ExpertsPlan& pl, const void* x, const float* topk_w,
-                 const int32_t* topk_ids, const int32_t* emap, bool on_input, void* y_sum, cudaStream_t s) {
-  if (pl.wg) {
-    run_experts_sm90(ex, pl, x, topk_w, topk_ids, emap, on_input, s);
-    return false;
-  }
+void run_experts(const DevExperts& ex, const ExpertsPlan& pl, const void* x, const float* topk_w,
+                 const int32_t* topk_ids, const int32_t* emap, bool on_input, cudaStream_t s) {
+  if (pl.wg) return run_experts_sm90(ex, pl, x, topk_w, topk_ids, emap, on_input, s);
   const bool f16 = ex.act == DType::kF16;
   const int H = ex.hidden, I = ex.intermediate;
   const int qa = quant_code(ex.act_quant);
@@ -776,11 +761,6 @@ bool run_experts(const DevExperts& ex, const ExpertsPlan& pl, const void* x, con
                        (reinterpret_cast<uintptr_t>(pl.o) & 15) == 0 && o_by_gemm1_on();
   if ((pl.c2.splits > 1 || emap != nullptr) && !o_by_g1)
     QMOE_CUDA_OK(cudaMemsetAsync(pl.o, 0, static_cast<size_t>(pl.numel) * H * 4, s));
-  // GEMM2's top-k sum (GemmParams::sum_count): its counters are cleared by GEMM1 (a bulk-kernel
-  // GEMM1 under direct routing), in one range with o where GEMM1 clears o too
-  const bool fused_sum = y_sum != nullptr && emap == nullptr && pl.direct && pl.sum_count != nullptr && fused_sum_on();
-  QMOE_CHECK(!fused_sum || (pl.dec90_1 && pl.dec90_2 && pl.o == reinterpret_cast<float*>(pl.sum_count) + pl.sum_ints),
-             kInternal, "CUDA forward: the fused top-k sum needs bulk-kernel GEMMs and its counters before o");
   if (!pl.direct) {
     launch_align(topk_ids, static_cast<int>(pl.numel), emap, ex.num_experts, pl.bm, pl.cap, pl.sorted, pl.eids,
                  pl.npost, pl.hist, s);
@@ -859,10 +839,6 @@ bool run_experts(const DevExperts& ex, const ExpertsPlan& pl, const void* x, con
     g1.zero_out = pl.o;
     g1.zero_count = pl.numel * H;
   }
-  if (fused_sum) {
-    g1.zero_out = reinterpret_cast<float*>(pl.sum_count);
-    g1.zero_count = pl.sum_ints + (o_by_g1 ? pl.numel * H : 0);
-  }
   if (pl.dec) {
     g1.ktiles_per_split = pl.d1.ktiles_per_split;
     launch_moe_decode(f16, ex.fmt, mode_of(ex.w13, ex.act_quant), pl.d1.slab_ktiles, pl.dec_rows(), pl.dec90_1, pl.dec_r,
@@ -917,12 +893,6 @@ bool run_experts(const DevExperts& ex, const ExpertsPlan& pl, const void* x, con
   g2.ldo = H;
   g2.topk_w = on_input ? nullptr : topk_w;
   g2.ids_ready = 1;  // GEMM1 (at least) lies between align and GEMM2
-  if (fused_sum) {  // every slot's M-block once per K split that has a K range
-    g2.sum_y = y_sum;
-    g2.sum_count = pl.sum_count;
-    const int kt = ex.w2.kp / 64;
-    g2.sum_expect = static_cast<int>(pl.numel) * ((kt + pl.d2.ktiles_per_split - 1) / pl.d2.ktiles_per_split);
-  }
   g2.a16 = a16;
   if (q_in_g2) {  // A = h in the model dtype (a2 = pl.h); the static scale per expert; GEMM2 writes
     g2.q_rows = qa;  // the row scales into h_scale (one per slot) for its epilogue
@@ -938,7 +908,6 @@ bool run_experts(const DevExperts& ex, const ExpertsPlan& pl, const void* x, con
     launch_moe_gemm(f16, ex.fmt, mode_of(ex.w2, ex.act_quant), pl.c2.tile, g2, s);
   }
   sync_check(s, "GEMM2");
-  return fused_sum;
 }
 
 }  // namespace
@@ -959,13 +928,11 @@ void forward(const DevExperts& ex, const DevExperts* shared, const ForwardArgs& 
                "CUDA forward: the shared expert must have E = 1 and the routed experts' hidden size and dtype");
   Plan p;
   p.make(ex, shared, a.m, a.top_k, a.weight_on_input, workspace);
-  const bool summed = run_experts(ex, p.routed, a.x, a.topk_w, a.topk_ids, a.expert_map, a.weight_on_input,
-                                  shared == nullptr ? a.y : nullptr, s);
+  run_experts(ex, p.routed, a.x, a.topk_w, a.topk_ids, a.expert_map, a.weight_on_input, s);
   if (shared != nullptr) {
     QMOE_CUDA_OK(cudaMemsetAsync(p.zero_ids, 0, static_cast<size_t>(a.m) * 4, s));
-    run_experts(*shared, p.shared, a.x, nullptr, p.zero_ids, nullptr, false, nullptr, s);
+    run_experts(*shared, p.shared, a.x, nullptr, p.zero_ids, nullptr, false, s);
   }
-  if (summed) return;
   launch_reduce(ex.act == DType::kF16, p.routed.o, shared ? p.shared.o : nullptr, a.m, a.top_k, ex.hidden, a.y, s);
   sync_check(s, "reduce");
 }
@@ -986,8 +953,7 @@ std::string forward_kernels(const DevExperts& ex, int64_t m, int top_k) {
     return str(ex.method, " gemm1=", p.routed.dec90_1 ? "decode90" : "decode", p.routed.dec_r == 16 ? "r16" : "",
                "/split", p.routed.c1.splits, " gemm2=", p.routed.dec90_2 ? "decode90" : "decode",
                p.routed.dec_r == 16 ? "r16" : "", "/split", p.routed.c2.splits, p.routed.direct ? " direct" : "",
-               h_quant_in_gemm2(ex, p.routed) ? " h-quant-in-gemm2" : "",
-               p.routed.direct && fused_sum_on() ? " sum-in-gemm2" : "");
+               h_quant_in_gemm2(ex, p.routed) ? " h-quant-in-gemm2" : "");
   auto tn = [](Tile t) { return t == Tile::kSmall ? "small" : t == Tile::kMedium ? "medium" : "large"; };
   return str(ex.method, " gemm1=", tn(p.routed.c1.tile), "/split", p.routed.c1.splits, " gemm2=", tn(p.routed.c2.tile),
              "/split", p.routed.c2.splits);

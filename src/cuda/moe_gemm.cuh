@@ -71,14 +71,6 @@ struct GemmParams {
   int ldo = 0;
   float* partial = nullptr;         // stage 1 with splits > 1: f32 [slots][np] (atomics)
   const float* topk_w = nullptr;    // stage 2: router weight per slot (null: 1)
-  // stage 2 on the sm_90 bulk decode kernel with direct routing (one token): the top-k sum in the
-  // kernel, no reduce launch after it. Each epilogue warp counts its n16 column tile's finished
-  // (slot, K split) contributions in sum_count[tile] (zeroed by GEMM1's zero_out); the warp that
-  // brings the count to sum_expect sums the tile's slot rows of out in k order, as reduce_kernel
-  // does (the same bits), into sum_y [ldo] in the model dtype.
-  void* sum_y = nullptr;
-  int32_t* sum_count = nullptr;
-  int sum_expect = 0;
 };
 
 // mode: 0 plain 16-bit weights, 1 exact operands + per-chunk scales, 2 per-element (g_idx),

@@ -48,8 +48,10 @@ if [[ " $PHASES " == *" tests "* ]]; then
     [ -x "$t" ] || continue
     echo "== $t"
     start=$(date +%s)
-    "$t" --gtest_filter="$FILTER" --gtest_brief=1 || status=1
-    echo "== $t: rc $? in $(( $(date +%s) - start )) s"
+    "$t" --gtest_filter="$FILTER" --gtest_brief=1
+    rc=$?
+    [ "$rc" = 0 ] || status=1
+    echo "== $t: rc $rc in $(( $(date +%s) - start )) s"
   done
 fi
 

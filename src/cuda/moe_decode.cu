@@ -250,6 +250,9 @@ __device__ __forceinline__ void decode_epilogue(const GemmParams& p, int e, int 
         float val = v[j * 2 + h];
         if (p.bias != nullptr && split == 0) val += p.bias[static_cast<size_t>(e) * p.n + n];
         float* dst = static_cast<float*>(p.out) + static_cast<size_t>(sid) * p.ldo + n;
+        // (a fire-and-forget REDG in the SASS: a GPU-scope fence anywhere in the bulk kernel made ptxas
+        // emit these and GEMM1's h_amax maxima as returning ATOMGs, each item's epilogue then waiting
+        // out L2 round trips: 0.77x on qwen3-30b-a3b fp8 M = 16, docs/perf.md forty-eighth session)
         if (p.splits > 1) atomicAdd(dst, val * w);
         else *dst = val * w;
       }

@@ -252,7 +252,8 @@ __device__ __forceinline__ void decode_epilogue(const GemmParams& p, int e, int 
         float* dst = static_cast<float*>(p.out) + static_cast<size_t>(sid) * p.ldo + n;
         // (a fire-and-forget REDG in the SASS: a GPU-scope fence anywhere in the bulk kernel made ptxas
         // emit these and GEMM1's h_amax maxima as returning ATOMGs, each item's epilogue then waiting
-        // out L2 round trips: 0.77x on qwen3-30b-a3b fp8 M = 16, docs/perf.md forty-eighth session)
+        // out L2 round trips; with the spills that came too, 0.77x on qwen3-30b-a3b fp8 M = 16: docs/perf.md,
+        // forty-eighth session; bench/sass_stats.py counts REDG / ATOMG / MEMBAR per kernel)
         if (p.splits > 1) atomicAdd(dst, val * w);
         else *dst = val * w;
       }

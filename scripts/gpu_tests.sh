@@ -18,9 +18,8 @@ exec > >(tee -a "$LOG") 2>&1
 echo "== qmoe GPU tests $(date -u +%FT%TZ) commit $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
 
 # cuBLAS for the bench's ceilings: the toolkit's, or the one PyTorch's wheels carry.
-for d in /usr/local/cuda/lib64 $(python3 -c 'import nvidia, os; print(" ".join(os.path.join(p, "cu13", "lib") for p in nvidia.__path__))' 2>/dev/null); do
-  if ls "$d"/libcublasLt.so* >/dev/null 2>&1; then export LD_LIBRARY_PATH="$d:${LD_LIBRARY_PATH:-}"; fi
-done
+source "$(dirname "${BASH_SOURCE[0]}")/gpu_run_lib.sh"
+qmoe_cublas_path
 
 if [[ " $PHASES " == *" info "* ]]; then
   nvidia-smi --query-gpu=name,memory.total,clocks.max.sm,power.limit,driver_version --format=csv || true

@@ -190,7 +190,8 @@ __device__ __forceinline__ void sum_k_groups(const float* red, int nt, int hh, i
 // the interleaved gate / up rows or GEMM2's router weight (moe_gemm.cu's epilogues).
 template <class Op, WFmt F, int MODE>
 __device__ __forceinline__ void decode_epilogue(const GemmParams& p, int e, int tile, int split, float (&v)[4],
-                                                const int32_t* rows, int g, int t, bool per_chunk) {
+                                                const int32_t* rows, int g, int t, const int (&tok_arow)[2],
+                                                bool per_chunk) {
   constexpr bool kFp4 = DecFmt<F>::SPR > 0;
   // ---- whole-K scales: the fp32 sum is scaled once (numerics.md product order)
   if (MODE == 3 || (MODE == 1 && !per_chunk) || kFp4) {
@@ -204,14 +205,11 @@ __device__ __forceinline__ void decode_epilogue(const GemmParams& p, int e, int 
       csf[j] = c;
     }
     const float stat = (!kFp4 && p.in_scale != nullptr) ? p.in_scale[e] : 1.f;
-    // the tokens' A rows from the slot ids here, not kept live through the callers' K loops
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int sid = rows[2 * t + h];
+    for (int h = 0; h < 2; ++h)
       rsf[h] = p.row_scale == nullptr ? stat
-               : sid < p.numel        ? p.row_scale[static_cast<size_t>(sid / p.a_row_div) * p.rs_groups]
+               : tok_arow[h] >= 0     ? p.row_scale[static_cast<size_t>(tok_arow[h]) * p.rs_groups]
                                       : 0.f;
-    }
 #pragma unroll
     for (int c = 0; c < 4; ++c) {
       if constexpr (kFp4) v[c] *= (rsf[c & 1] * csf[c >> 1]) * Fp4Bits<Op>::kUnscale;  // 2^-c exact
@@ -521,7 +519,7 @@ __global__ void __launch_bounds__(kThreads) moe_decode_kernel(const GemmParams p
   sum_k_groups(red, nt, 0, lane, v);
 
   const int tile = nb * kNT + nt;
-  decode_epilogue<Op, F, MODE>(p, e, tile, split, v, rows, g, t, per_chunk);
+  decode_epilogue<Op, F, MODE>(p, e, tile, split, v, rows, g, t, tok_arow, per_chunk);
 }
 
 // ---- sm_90: bulk-streaming decode kernel ---------------------------------------------------------
@@ -980,6 +978,7 @@ __global__ void __launch_bounds__(kThreads90, dec90_min_blocks<F, MODE, R>())
   const bool coarse = per_chunk && !fine;
   int cur_mb = -1, nvalid = 0;
   const int32_t* rows = p.sorted_ids;
+  int tok_arow[NH][2];
   uint32_t xlane[NH];
   // chunks per slab (a slab holds whole chunks): a slab's first chunk without a division
   const int cps = per_chunk ? slab_atoms * KA / p.chunk : 0;
@@ -1006,6 +1005,11 @@ __global__ void __launch_bounds__(kThreads90, dec90_min_blocks<F, MODE, R>())
       }
 #pragma unroll
       for (int hh = 0; hh < NH; ++hh) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int sid = rows[hh * 8 + 2 * t + h];
+          tok_arow[hh][h] = sid < p.numel ? sid / p.a_row_div : -1;
+        }
         // ldmatrix row addresses: lane -> row hh * 8 + (lane & 7) (rows past the valid ones read
         // row 0: their columns are dropped), 8-column group lane >> 3
         const int row = hh * 8 + (lane & 7);
@@ -1209,7 +1213,8 @@ __global__ void __launch_bounds__(kThreads90, dec90_min_blocks<F, MODE, R>())
       if (lane == 0) mbar_arrive(redfree);
 #pragma unroll
       for (int hh = 0; hh < NH; ++hh)
-        decode_epilogue<Op, F, MODE>(p, e, nb * kNT + warp, split, v[hh], rows + hh * 8, g, t, per_chunk);
+        decode_epilogue<Op, F, MODE>(p, e, nb * kNT + warp, split, v[hh], rows + hh * 8, g, t, tok_arow[hh],
+                                     per_chunk);
     }
     // no barrier here: the next item's sums go to the other buffer or wait for redfree, rows are
     // restaged behind a barrier at an M-block change, and the scale producer refills this item's

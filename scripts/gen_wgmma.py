@@ -87,6 +87,26 @@ out.append(gen("wgmma_ra_n256_bf16", 256, "bf16.bf16", 16, a_regs=True))
 out.append(gen("wgmma_ra_n256_f16", 256, "f16.f16", 16, a_regs=True))
 out.append(gen("wgmma_ra_n128_of256_bf16", 128, "bf16.bf16", 16, a_regs=True, d_len=128))
 out.append(gen("wgmma_ra_n128_of256_f16", 128, "f16.f16", 16, a_regs=True, d_len=128))
+# the first N of 128 / 256 token columns, N = 32 .. 224 by 32 (an M-block's live rows rounded up to
+# 32: Sm90Gemm::live_cols); n64_of128 and n128_of256 above
+RA_COLS = [(n, 64) for n in (32, 96)] + [(n, 128) for n in (32, 64, 96, 160, 192, 224)]
+for n, d in RA_COLS:
+    for t in ("bf16", "f16"):
+        out.append(gen(f"wgmma_ra_n{n}_of{2 * d}_{t}", n, f"{t}.{t}", 16, a_regs=True, d_len=d))
+# wgmma_ra_cols<BF, N, D>: the first N columns of a tile of 2 D token columns, by the names above
+disp = ["// D[64 x N] (+)= A (registers) * B[N x 16]^T of a tile of 2 D token columns (N = 2 D: all of it);",
+        "// BF: bf16, else f16 operands.",
+        "template <bool BF, int N, int D>",
+        "__device__ __forceinline__ void wgmma_ra_cols(float (&d)[D], const uint32_t (&a)[4], uint64_t db, int scale_d) {"]
+shapes = [(2 * d, d) for d in (64, 128)] + [(64, 64), (128, 128)] + RA_COLS
+first = True
+for n, d in sorted(set(shapes), key=lambda x: (x[1], x[0])):
+    name = f"wgmma_ra_n{n}" + ("" if n == 2 * d else f"_of{2 * d}")
+    disp.append(f"  {'if' if first else 'else if'} constexpr (D == {d} && N == {n}) BF ? {name}_bf16(d, a, db, scale_d) : {name}_f16(d, a, db, scale_d);")
+    first = False
+disp.append('  else static_assert(N < 0, "wgmma_ra_cols: no such shape");')
+disp.append("}")
+out.append("\n".join(disp))
 # W4A8 (int4 weights x fp8 activations) on QGMMA: int4 codes converted to e4m3 in registers (A),
 # the M-block's e4m3 token rows from shared memory (B); 128- and 64-row token tiles and their halves
 out.append(gen("wgmma_ra_n128_e4m3", 128, "e4m3.e4m3", 32, a_regs=True, trans=False))

@@ -6,6 +6,9 @@
 #     DEST/pack.tar.xz (xz -9e in one thread: its 64 MiB window spans the four files, whose kernels
 #     are alike, so about 17 MiB where -6 in threads gave 45); prints the sizes. --build first
 #     builds those targets in BUILD_DIR; without it, binaries older than a source are reported.
+#     QMOE_PACK_EXTRA="FILE:NAME ..." adds more binaries to the same pack under NAME, e.g. a variant CLI
+#     of scripts/build_variant.sh for an A/B (one pack: xz shares the kernels' bytes between them, so a
+#     second CLI costs ~1 MiB there, ~17 MiB as a pack of its own)
 #   scripts/pack_gpu_build.sh --unpack [DEST]                   (on the GPU machine)
 #     extracts DEST/pack.tar.xz into DEST, after which: scripts/gpu_tests.sh DEST
 set -euo pipefail
@@ -73,6 +76,11 @@ for f in $FILES; do
   cp "$BUILD/$f" "$DEST/staging/$f"
   strip --strip-unneeded "$DEST/staging/$f"  # host symbols only; the fatbins stay
   present="$present $f"
+done
+for x in ${QMOE_PACK_EXTRA:-}; do
+  cp "${x%%:*}" "$DEST/staging/${x##*:}"
+  strip --strip-unneeded "$DEST/staging/${x##*:}"
+  present="$present ${x##*:}"
 done
 tar -C "$DEST/staging" -cf - $present | xz -9e > "$DEST/pack.tar.xz"
 rm -rf "$DEST/staging"

@@ -196,6 +196,10 @@ bool half_tail_on() {
   return v;
 }
 
+// The wq kernel's M-blocks multiplied as far as their live rows, by 32 (Sm90Gemm::live_cols):
+// QMOE_CUDA_WQ_LIVE_COLS=1 (opt-in until measured on a GPU; read per call).
+bool wq_live_cols_on() { return env_on("QMOE_CUDA_WQ_LIVE_COLS", false); }
+
 // The last weight box of N loaded and multiplied only as far as it holds rows (Sm90Gemm::trim_box);
 // QMOE_CUDA_TRIM_BOX=0: whole 256-row boxes (measurements, tests; read per call).
 bool trim_box_on() { return env_on("QMOE_CUDA_TRIM_BOX"); }
@@ -650,6 +654,7 @@ void run_experts_sm90(const DevExperts& ex, const ExpertsPlan& pl, const void* x
     q.numel = static_cast<int>(pl.numel);
     q.max_blocks = static_cast<int>(std::min<int64_t>(pl.cap / pl.bm, pl.numel));
     q.half_tail = half_tail_on() ? 1 : 0;
+    q.live_cols = wq_live_cols_on() ? 1 : 0;
     q.trim_box = trim_box_on() ? 1 : 0;
     // the streaming kernel's weight boxes evict-first where the token rows would not stay in L2
     // (config.h stream_evict_first)

@@ -37,6 +37,13 @@ struct Sm90Gemm {
   // 1: a 128-row M-block with at most 64 live rows (an expert's last) runs on one consumer
   // warpgroup (the 16-bit / fp8 / INT8 kernel); 0 (QMOE_CUDA_HALF_TAIL=0, for measurements): on two
   int half_tail = 1;
+  // the wq kernel's 128- / 256-row token tiles: 1 multiplies only the M-block's live token columns
+  // rounded up to 32 (wgmma n32 .. n256: an expert's last M-block, or one expert's only one, often
+  // holds a little more or less than half a tile); 0: the first half where at most half is live
+  // (half_tail), else all. Bit-identical either way by construction. Opt-in (QMOE_CUDA_WQ_LIVE_COLS=1)
+  // until a GPU run has tested and measured it: written in the fiftieth session, which had no device
+  // (docs/gpu_logs/2026-12-07_s50/scripts/run1.sh is the call that does both).
+  int live_cols = 0;
   // 1: a weight box that ends past N's rows (the last of N when np is not a multiple of 256, e.g.
   // gpt-oss-120b's N = 2880 / 5760) is loaded only as far as it holds rows: the streaming kernel
   // whole 64-row slices, the n256 tile kernels the first half when the rows end there (multiplied

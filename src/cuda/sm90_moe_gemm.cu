@@ -1228,6 +1228,15 @@ __device__ __forceinline__ void wgmma_ra(float (&d)[TN / 2], const uint32_t (&a)
   else bf ? wgmma_ra_n16_of32_bf16(d, a, db, scale_d) : wgmma_ra_n16_of32_f16(d, a, db, scale_d);
 }
 
+// f(std::integral_constant<int, N>{}) for the least N of STEP, 2 STEP, .. TN with nu <= N; nu is
+// warp-uniform, and each test a vote, so that the wgmmas in every branch stay on a convergent path
+template <int TN, int STEP, int N = STEP, class F>
+__device__ __forceinline__ void with_cols(int nu, F&& f) {
+  if constexpr (N >= TN) f(std::integral_constant<int, TN>{});
+  else if (__all_sync(0xffffffffu, nu <= N)) f(std::integral_constant<int, N>{});
+  else with_cols<TN, STEP, N + STEP>(nu, f);
+}
+
 template <class Op, WFmt F, int SC, int TN, bool Q8 = false>
 __global__ void __launch_bounds__(384, wq_ctas<F, TN, SC>())
     sm90_moe_wq_kernel(const __grid_constant__ CUtensorMap tma_x, const Sm90Gemm p) {
@@ -1343,7 +1352,16 @@ __global__ void __launch_bounds__(384, wq_ctas<F, TN, SC>())
     // interleaved kernel 1.009x geomean over NVFP4A16 / MXFP4 / NVFP4 at M = 256-4096 (twelfth
     // session, r8: MXFP4 up to 1.08x, NVFP4A16 0.97-1.05x), so every tile takes it.
     // (a vote, for the same reason as the tile's: mb is uniform but comes from shared memory)
-    const bool half = __all_sync(0xffffffffu, p.half_tail && p.sorted_ids[mb * TN + TN / 2] >= p.numel);
+    // The token columns to multiply, nu (warp-uniform: votes, as above): TN, or TN / 2 where at most
+    // half the rows are live (half_tail); 128- / 256-row tiles (not Q8) with live_cols: the live rows
+    // rounded up to 32 (lane c's vote: row 32 c live; align puts an expert's padding after its rows),
+    // as wgmma n32 .. n256 over the first nu columns, the rest of acc staying zero (padding positions).
+    int nu = __all_sync(0xffffffffu, p.half_tail && p.sorted_ids[mb * TN + TN / 2] >= p.numel) ? TN / 2 : TN;
+    if constexpr (TN >= kBM && !Q8) {
+      if (p.live_cols)
+        nu = 32 * __popc(__ballot_sync(0xffffffffu, lane < TN / 32 && p.sorted_ids[mb * TN + 32 * lane] < p.numel));
+    }
+    const bool half = nu <= TN / 2;
     const int tile16 = nb * 8 + cw * 4 + warp;  // this warp's n16 tile of prepared rows
     // this thread's two weight rows (prepared order): tile16 * 16 + h * 8 + lane / 4
     int orow[2];
@@ -1436,8 +1454,8 @@ __global__ void __launch_bounds__(384, wq_ctas<F, TN, SC>())
     // One stage's 8 k16 steps: step st's A fragment is dequantized, then its wgmma issued at once, so
     // the tensor pipe starts on step 0 while the warps dequantize the later steps (each step keeps its
     // own fragment registers until the stage's wait). The descriptors are the stage's base plus
-    // constant offsets, and whole / half token tiles are two straight copies of the loop (a branch per
-    // wgmma split the chain: one WARPGROUP.ARRIVE and scoreboard per HGMMA in its own block).
+    // constant offsets, and each count of token columns (nu) is a straight copy of the K loop (a branch
+    // per wgmma split the chain: one WARPGROUP.ARRIVE and scoreboard per HGMMA in its own block).
     // H200, ncu (twelfth session): with all 8 fragments dequantized before the first wgmma the
     // tensor pipe was 46% busy on mixtral-8x7b int4 g128 M = 4096 (the 16-bit tile kernel 84%).
     // Two-CTA kernels (80 registers at launch) keep the fragments-first order: interleaved, ptxas
@@ -1540,9 +1558,10 @@ __global__ void __launch_bounds__(384, wq_ctas<F, TN, SC>())
       af[2] = e4m3x4(o1[0], o1[1]);  // row g,     k 16 + 4q..
       af[3] = e4m3x4(o1[2], o1[3]);  // row g + 8, k 16 + 4q..
     };
-    const auto stage_mma = [&](auto half_tag, const uint8_t* x_st, const uint8_t* w_st, const Raw& rpre, int kb,
+    const auto stage_mma = [&](auto cols_tag, const uint8_t* x_st, const uint8_t* w_st, const Raw& rpre, int kb,
                                int sd0) {
-      constexpr bool H = decltype(half_tag)::value;
+      constexpr int NU = decltype(cols_tag)::value;  // token columns multiplied
+      constexpr bool H = NU < TN;                     // TN < 128, Q8: NU is TN / 2 or TN
       const uint64_t d0 = smem_desc(x_st);
       Raw r;  // without the prefetch: all of the stage's shared-memory loads first
       if constexpr (kPrefetch) {
@@ -1568,8 +1587,15 @@ __global__ void __launch_bounds__(384, wq_ctas<F, TN, SC>())
         convert(r, kb, st, af[st]);
         wgmma_fence();
         const uint64_t db = d0 + static_cast<uint64_t>(((st >> 2) * TN * 128 + (st & 3) * 32) >> 4);
-        if constexpr (channel) wgmma_ra<Op, TN, H>(acc, af[st], db, 1);
-        else wgmma_ra<Op, TN, H>(tmp, af[st], db, st == 0 ? sd0 : 1);
+        if constexpr (TN >= kBM) {
+          constexpr bool bf = std::is_same_v<Op, BF16>;
+          if constexpr (channel) wgmma_ra_cols<bf, NU, TN / 2>(acc, af[st], db, 1);
+          else wgmma_ra_cols<bf, NU, TN / 2>(tmp, af[st], db, st == 0 ? sd0 : 1);
+        } else if constexpr (channel) {
+          wgmma_ra<Op, TN, H>(acc, af[st], db, 1);
+        } else {
+          wgmma_ra<Op, TN, H>(tmp, af[st], db, st == 0 ? sd0 : 1);
+        }
       }
     };
     // the fragments-first order with a branch per wgmma (two-CTA kernels)
@@ -1598,66 +1624,68 @@ __global__ void __launch_bounds__(384, wq_ctas<F, TN, SC>())
 #pragma unroll
       for (int u = 0; u < RAWN; ++u) load_unit(sW + s * C::W_ST + wtile, u, rw);
     }
-    for (int kb = 0; kb < nk; ++kb) {
-      if constexpr (!kPrefetch) mbar_wait(&full[s], ph);
-      const uint8_t* x_st = sX + s * C::X_ST;
-      const uint8_t* w_st = sW + s * C::W_ST + wtile;
-      const bool gdone = ic + 1 == chunk_kb || kb == nk - 1;  // this stage ends its weight group
-      const auto preload = [&] {
-        if (grouped && gdone && kb + 1 < nk) {
-          const int gn = min(g + 1, p.kg - 1);
-          sn[0] = scale_of(0, gn);
-          sn[1] = scale_of(1, gn);
-          if (p.zero != nullptr) zn[0] = zero_of(0, gn), zn[1] = zero_of(1, gn);
-        }
-      };
-      const int sd0 = ic == 0 ? 0 : 1;  // a weight group's first k16 step starts its partial sums
-      if constexpr (!kInterleave) {
-        stage_mma_ff(x_st, w_st, kb, sd0, preload);
-      } else {
-        preload();
-        if (half) {
-          stage_mma(std::true_type{}, x_st, w_st, rw, kb, sd0);
-        } else {
-          stage_mma(std::false_type{}, x_st, w_st, rw, kb, sd0);
-        }
-      }
-      wgmma_commit();
-      if constexpr (kPrefetch) {
-        if (kb + 1 < nk) {
-          const int s1 = s + 1 == STAGES ? 0 : s + 1;
-          mbar_wait(&full[s1], s + 1 == STAGES ? ph ^ 1u : ph);
-#pragma unroll
-          for (int u = 0; u < RAWN; ++u) load_unit(sW + s1 * C::W_ST + wtile, u, rw);
-        }
-      }
-      wgmma_wait0();
-      if (lane == 0) mbar_arrive(&empty[s]);
-      if (++s == STAGES) { s = 0; ph ^= 1; }
-      ++ic;
-      if (gdone) {  // group done: promote with its scales, move to the next group's
-        if constexpr (grouped) {
-          if constexpr (!FOLD) {
-#pragma unroll
-            for (int j = 0; j < NJ; ++j) {
-              acc[j * 4 + 0] += tmp[j * 4 + 0] * sc[0];
-              acc[j * 4 + 1] += tmp[j * 4 + 1] * sc[0];
-              acc[j * 4 + 2] += tmp[j * 4 + 2] * sc[1];
-              acc[j * 4 + 3] += tmp[j * 4 + 3] * sc[1];
-            }
+    // the K loop, one copy per column count (a branch per stage among the 256-row tile's eight made
+    // ptxas serialize their wgmmas for want of registers, C7511)
+    const auto k_loop = [&](auto cols_tag) {
+      for (int kb = 0; kb < nk; ++kb) {
+        if constexpr (!kPrefetch) mbar_wait(&full[s], ph);
+        const uint8_t* x_st = sX + s * C::X_ST;
+        const uint8_t* w_st = sW + s * C::W_ST + wtile;
+        const bool gdone = ic + 1 == chunk_kb || kb == nk - 1;  // this stage ends its weight group
+        const auto preload = [&] {
+          if (grouped && gdone && kb + 1 < nk) {
+            const int gn = min(g + 1, p.kg - 1);
+            sn[0] = scale_of(0, gn);
+            sn[1] = scale_of(1, gn);
+            if (p.zero != nullptr) zn[0] = zero_of(0, gn), zn[1] = zero_of(1, gn);
           }
-          sc[0] = sn[0];
-          sc[1] = sn[1];
-          if constexpr (FOLD) sf[0] = Op::pack(sc[0], sc[0]), sf[1] = Op::pack(sc[1], sc[1]);
-          if (p.zero != nullptr && kb + 1 < nk) set_zero(zn[0], zn[1]);
-        } else if constexpr (Q8) {
-#pragma unroll
-          for (int i = 0; i < TN / 2; ++i) acc[i] += tmp[i];
+        };
+        const int sd0 = ic == 0 ? 0 : 1;  // a weight group's first k16 step starts its partial sums
+        if constexpr (!kInterleave) {
+          stage_mma_ff(x_st, w_st, kb, sd0, preload);
+        } else {
+          preload();
+          stage_mma(cols_tag, x_st, w_st, rw, kb, sd0);
         }
-        ic = 0;
-        ++g;
+        wgmma_commit();
+        if constexpr (kPrefetch) {
+          if (kb + 1 < nk) {
+            const int s1 = s + 1 == STAGES ? 0 : s + 1;
+            mbar_wait(&full[s1], s + 1 == STAGES ? ph ^ 1u : ph);
+#pragma unroll
+            for (int u = 0; u < RAWN; ++u) load_unit(sW + s1 * C::W_ST + wtile, u, rw);
+          }
+        }
+        wgmma_wait0();
+        if (lane == 0) mbar_arrive(&empty[s]);
+        if (++s == STAGES) { s = 0; ph ^= 1; }
+        ++ic;
+        if (gdone) {  // group done: promote with its scales, move to the next group's
+          if constexpr (grouped) {
+            if constexpr (!FOLD) {
+#pragma unroll
+              for (int j = 0; j < NJ; ++j) {
+                acc[j * 4 + 0] += tmp[j * 4 + 0] * sc[0];
+                acc[j * 4 + 1] += tmp[j * 4 + 1] * sc[0];
+                acc[j * 4 + 2] += tmp[j * 4 + 2] * sc[1];
+                acc[j * 4 + 3] += tmp[j * 4 + 3] * sc[1];
+              }
+            }
+            sc[0] = sn[0];
+            sc[1] = sn[1];
+            if constexpr (FOLD) sf[0] = Op::pack(sc[0], sc[0]), sf[1] = Op::pack(sc[1], sc[1]);
+            if (p.zero != nullptr && kb + 1 < nk) set_zero(zn[0], zn[1]);
+          } else if constexpr (Q8) {
+#pragma unroll
+            for (int i = 0; i < TN / 2; ++i) acc[i] += tmp[i];
+          }
+          ic = 0;
+          ++g;
+        }
       }
-    }
+    };
+    if constexpr (!kInterleave) k_loop(std::integral_constant<int, TN>{});  // stage_mma_ff: half or whole
+    else with_cols<TN, TN >= kBM && !Q8 ? 32 : TN / 2>(nu, k_loop);
     if (p.row_scale != nullptr) named_bar_sync(1, 256);  // the staged activation scales
     if constexpr (FP4) {
       // (row scale x global scale) x 2^-c, as moe_gemm_fp4.cu; the row scale (W4A4: 1 / G) by position

@@ -1163,6 +1163,63 @@ TEST(CudaSm90, TailBlocksAtTheOneWarpgroupBoundary) {
   }
 }
 
+// The wq kernel multiplies an M-block's token columns only as far as its live rows, rounded up to 32
+// (Sm90Gemm::live_cols: wgmma n32 .. n256 on 256- and 128-row tiles, both forced). Top-1 routing with
+// exact per-expert counts on both sides of 32-row boundaries of both tiles (1, 32, 33 .. 257, 300) and
+// an expert with none, tokens shuffled; int4 folded / channel (fp16, biases) / promoting (fp32 group
+// scales, 128-row tiles), MXFP4, NVFP4A16, int8 channel. QMOE_CUDA_WQ_LIVE_COLS=1 against the
+// halves-only form (=0) bit for bit, and the reference.
+TEST(CudaSm90, LiveTokenColumns) {
+  SKIP_WITHOUT_GPU();
+  SKIP_WITHOUT_SM90();
+  const std::vector<int> counts = {1, 32, 33, 100, 128, 129, 160, 161, 200, 224, 225, 255, 256, 257, 300, 0};
+  const int E = static_cast<int>(counts.size()), H = 264, I = 136;
+  const int64_t m = std::accumulate(counts.begin(), counts.end(), int64_t{0});
+  std::vector<int32_t> ids;
+  for (int e = 0; e < E; ++e) ids.insert(ids.end(), counts[e], e);
+  std::shuffle(ids.begin(), ids.end(), std::mt19937_64(81));
+  Routing r{Tensor(DType::kF32, {m, 1}), Tensor(DType::kI32, {m, 1})};
+  std::mt19937_64 rng(82);
+  for (int64_t t = 0; t < m; ++t) {
+    r.ids.data_mut<int32_t>()[t] = ids[t];
+    r.w.data_mut<float>()[t] = std::uniform_real_distribution<float>(0.05f, 1.f)(rng);
+  }
+  std::vector<Case> cases = fold_cases();
+  auto add = [&](std::string n, auto f) { add_case(cases, std::move(n), f); };
+  add("int4_channel_asym_bias_fp16", [](auto& sp) {
+    sp.kind = SchemeKind::kWNA16; sp.bits = 4; sp.group_size = 0; sp.symmetric = false; sp.bias = true;
+    sp.act_dtype = DType::kF16; });
+  add("mxfp4a16_bias", [](auto& sp) { sp.kind = SchemeKind::kMXFP4A16; sp.group_size = 32; sp.bias = true; });
+  add("nvfp4a16", [](auto& sp) { sp.kind = SchemeKind::kNVFP4A16; sp.group_size = 16; });
+  add("int8_channel", [](auto& sp) { sp.kind = SchemeKind::kWNA16; sp.bits = 8; sp.group_size = 0; });
+  test::ScopedEnv env("QMOE_CUDA_WGMMA_MIN_ROWS", "1");
+  for (size_t ci = 0; ci < cases.size(); ++ci) {
+    const Case& c = cases[ci];
+    ExpertWeights w = make_weights(c.spec, E, H, I, 1500 + static_cast<int>(ci));
+    cuda::DevExperts ex = cuda::prepare(w, Activation::kSiluMul);
+    // fp32 group scales promote per group (a second accumulator set): 128-row tiles only
+    const bool wide = c.spec.scale_dtype != DType::kF32;
+    std::optional<ExpertWeights> rounded;
+    Tensor x = test::random_tensor(w.act_dtype, {m, H}, 1510 + static_cast<int>(ci));
+    for (const char* tn : {"256", "128"}) {
+      if (!wide && tn[0] == '2') continue;
+      env.set("QMOE_CUDA_WQ_TN", tn);
+      const std::string kern = cuda::forward_kernels(ex, m, 1);
+      const std::string what = str(c.name, " TN ", tn, " (", kern, ")");
+      ASSERT_NE(kern.find(tn[0] == '2' ? "gemm1=sm90-wgmma256 " : "gemm1=sm90-wgmma "), std::string::npos) << what;
+      Tensor on, off;
+      env.set("QMOE_CUDA_WQ_LIVE_COLS", "1");
+      on = run_device(ex, nullptr, x, r, false);
+      env.set("QMOE_CUDA_WQ_LIVE_COLS", "0");
+      off = run_device(ex, nullptr, x, r, false);
+      ASSERT_EQ(on.nbytes(), off.nbytes());
+      EXPECT_EQ(std::memcmp(on.raw(), off.raw(), on.nbytes()), 0) << what << ": live columns differ from halves";
+      const Tensor want = ref::reference_forward_routed(w, config(E, 1), nullptr, x, r.w, r.ids);
+      expect_reference(on, want, w, config(E, 1), x, r, kern, tol_for(w, kern), what, rounded);
+    }
+  }
+}
+
 // The Hopper path's streaming kernel (sm90_moe_gemm.cu sm90_stream_kernel: weights as wgmma's A,
 // M-blocks of 16 or 64 token rows, persistent CTAs walking (M-block, 256-row weight box) items),
 // forced on for 16-bit and fp8 weights with one scale pair for all of K: odd sizes (I = 104: one

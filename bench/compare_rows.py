@@ -7,6 +7,7 @@ Usage: bench/compare_rows.py 'A_GLOB' 'B_GLOB' [LABEL]     (quote the globs)
 Example: bench/compare_rows.py 'r5/fp8_base_*.json' 'r5/fp8_new_*.json' fp8"""
 import glob
 import json
+import lzma
 import math
 import sys
 
@@ -14,7 +15,8 @@ import sys
 def load(pattern):
     rows = {}
     for path in sorted(glob.glob(pattern)):
-        for r in json.load(open(path)):
+        # (docs/gpu_logs keeps the rows xz-compressed: *.json.xz)
+        for r in json.load(lzma.open(path) if path.endswith(".xz") else open(path)):
             rows.setdefault((r["shape"], r["m"], r["scheme"]), []).append(r)
     return rows
 

@@ -11,12 +11,15 @@ compact table (µs, % of floor, TB/s, [PREV µs]). --override replaces rows of N
 of another JSON (e.g. rows re-measured after a later selection change), marked with *.
 """
 import json
+import lzma
 import math
 import sys
 
 
 def load(path):
-    return {(r["shape"], r["m"], r["scheme"]): r for r in json.load(open(path))}
+    # (docs/gpu_logs keeps the rows xz-compressed: *.json.xz)
+    f = lzma.open(path) if path.endswith(".xz") else open(path)
+    return {(r["shape"], r["m"], r["scheme"]): r for r in json.load(f)}
 
 
 def geomean(xs):

@@ -46,17 +46,20 @@ struct Scratch {
   }
 };
 
-// Job schedule. Where every expert has at most kFewRows rows, the jobs are short weight streams of
-// about equal cost and run guided (runs of consecutive jobs, remaining / threads long, shrinking to
-// 2 at the end), so each thread reads long sequential stretches of panels and the fused kernels'
-// prefetch past a job's end lands in the next job it runs. Fixed runs of n / (8 x threads) jobs
-// left up to 30-55 µs of imbalance per GEMM at M = 1 on qwen3; n / (32 x threads) measured 5-10%
-// slower than guided (qwen3 M = 1, 64 GB/s). Otherwise the job list is cut into runs bounded by
-// cost (a job costs in proportion to its expert's rows, so one expert with many rows does not fill
-// one thread's first run), which the threads take in order from a shared counter. Before, such
-// layers ran one job at a time (dynamic, 1), which started every job's stream cold: qwen3-30b-a3b
-// M = 128 (8 rows per expert, some above 12) 1.05-1.4x slower, M = 512 1.0-1.08x (twenty-ninth
-// session, alternating runs on the 2-core VM).
+// Job schedule. Where every expert has one row, the jobs are weight streams of equal cost and run
+// guided (runs of consecutive jobs, remaining / threads long, shrinking to 2 at the end), so each
+// thread reads long sequential stretches of panels and the fused kernels' prefetch past a job's end
+// lands in the next job it runs. Fixed runs of n / (8 x threads) jobs left up to 30-55 µs of
+// imbalance per GEMM at M = 1 on qwen3; n / (32 x threads) measured 5-10% slower than guided (qwen3
+// M = 1, 64 GB/s). Otherwise the job list is cut into runs bounded by cost (a job costs its expert's
+// rows plus one, so one expert with many rows does not fill one thread's first run), which the
+// threads take in order from a shared counter. Before, such layers ran one job at a time (dynamic,
+// 1), which started every job's stream cold: qwen3-30b-a3b M = 128 (8 rows per expert, some above
+// 12) 1.05-1.4x slower, M = 512 1.0-1.08x (twenty-ninth session, alternating runs on the 2-core VM).
+// Up to the fiftieth session layers with 2-12 rows per expert ran guided too, as if their jobs cost
+// alike: guided's first run, half the jobs, then went to one thread whatever their rows, and the
+// 2-4 token passes are compute-bound. Cost runs there: warm, two threads, 8 experts top-2, H = 1024,
+// I = 2048, M = 8 / 16, int8 and MXFP4, 1.10-1.16x in four alternations (docs/perf.md).
 struct JobRuns {
   std::vector<size_t> start;  // run i is jobs [start[i], start[i + 1])
   std::atomic<size_t> next{0};
@@ -295,13 +298,12 @@ void CpuLayer::run_experts(ExpertSet& s, const Tensor& x, const Routed& r, std::
       for (int j = 0; j < pairs13; ++j) jobs13_.push_back({e, j});
       for (int j = 0; j < pairs2; ++j) jobs2_.push_back({e, j});
     }
-  // every expert with at most kFewRows rows: all jobs are weight streams of about equal cost, run
-  // guided (the schedule measured at M = 1); else runs bounded by cost, where a job costs its
-  // expert's rows, and a weight stream at least about four rows' worth (only the balance of the
-  // runs depends on it)
-  const bool streams = max_t <= kFewRows;
+  // every expert with one row: all jobs are weight streams of equal cost, run guided (the schedule
+  // measured at M = 1); else runs bounded by cost (JobRuns), a job costing its expert's rows plus
+  // one, the weight stream's own share (only the balance of the runs depends on it)
+  const bool streams = max_t <= 1;
   const int nthr = omp_get_max_threads();
-  auto rows_of = [&r](int e) { return double(std::max(r.off[e + 1] - r.off[e], 4)); };
+  auto rows_of = [&r](int e) { return double(r.off[e + 1] - r.off[e] + 1); };
   if (!streams) {
     runs13_.plan(jobs13_.size(), nthr, [&](size_t j) { return rows_of(jobs13_[j].e); });
     runs2_.plan(jobs2_.size(), nthr, [&](size_t j) { return rows_of(jobs2_[j].e); });

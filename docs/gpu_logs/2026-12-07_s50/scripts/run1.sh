@@ -6,6 +6,11 @@
 # in one binary (QMOE_CUDA_WQ_LIVE_COLS=0 / 1), int4 / MXFP4 / NVFP4A16 at M = 256 / 1024 / 4096 on
 # every shape, alternated; (c) A/B of the decode patch, qmoe against qmoe_smem, M = 1 / 16 / 64 of
 # int4 / fp8 / MXFP4, alternated, in what is left of 585 s.
+# Not run in s50 (no device). The pack it needs, from a build of HEAD:
+#   git apply docs/gpu_logs/2026-12-07_s49/decode_arow_smem_not_run.patch
+#   scripts/build_variant.sh -B build smem "" moe_decode.cu; git checkout src/cuda/moe_decode.cu
+#   QMOE_PACK_EXTRA="build/var/smem/qmoe:qmoe_smem" scripts/pack_gpu_build.sh build build-gpu-carry
+# then run it with carry ["build-gpu-carry"].
 source scripts/gpu_run_lib.sh
 gpu_run_begin build-gpu-carry r1
 OUT=$W QMOE_GPU_PHASES="info tests capi python" timeout 260 bash scripts/gpu_tests.sh $B $W/gpu_tests.log > $W/gpu_tests.stdout 2>&1; echo "suite rc $? $(el)"

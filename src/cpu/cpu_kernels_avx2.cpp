@@ -695,7 +695,7 @@ void fused_t(const GemmJob& j, int seg, float* C) {
   });
 }
 
-// ---- act16 tile: jobs of more than kS16Pass tokens (the AVX-512 s16_tile's plan on 8-row vectors) --
+// ---- act16 tile: jobs of more than kS16Pass (int8: kS16Pass8) tokens (the AVX-512 s16_tile's plan) --
 // The fused passes above decode every 64-byte block again per pass of four tokens, and at four tokens
 // their sums, decoded codes and pairs overflow the 16 registers (e2m1 / int4 at M = 64, warm: ~180
 // stack accesses in the kernel, ~60% of the vpmaddwd rate). Here, per K chunk of kChunk columns, both
@@ -705,7 +705,13 @@ void fused_t(const GemmJob& j, int seg, float* C) {
 // times cf (a power of two: ws cf xs = ws (xs cf), one rounding of the same real product), and blocks
 // of up to kS16TB tokens run over the tile: two tile loads feed 2 TB vpmaddwd, the flush is cvt, mul
 // and fma in the fused kernels' order, so both give the same bits.
-constexpr int kS16Pass = 4;  // jobs of up to this many tokens take the fused passes
+constexpr int kS16Pass = 4;  // jobs of up to this many tokens take the fused passes (4-bit codes)
+// int8 codes (kPair) take passes of four up to kFewRows tokens: their decode is one widening per
+// vector, so decoding a block again per pass costs less than the tile's stores, reloads and
+// short token blocks. Warm, one thread, 8 experts top-8 (T = M), H = 512, I = 1024, three
+// alternations: T = 5 / 6 / 8 / 12 1.25 / 1.21 / 1.23 / 1.10x against the tile; T = 16 about even,
+// T = 24 the tile 1.04x (fiftieth session, docs/cpu_logs/2026-12-07_s50).
+constexpr int kS16Pass8 = kFewRows;
 constexpr int kS16TB = 5;    // tokens per tile block (s16_block)
 constexpr int kChunk = 256;  // K per decoded tile (16 KB for two panels)
 
@@ -934,7 +940,7 @@ bool fused_s16_gemm(const GemmJob& j) {
   const PackedProj& w = *j.w;
   const ActBuf& a = *j.a;
   if (j.nrows < 1 || a.group <= 0 || act16(w) != a.group) return false;
-  if (j.nrows > kS16Pass && kChunk % a.group == 0) {
+  if (j.nrows > (w.code == CodeKind::kInt8 ? kS16Pass8 : kS16Pass) && kChunk % a.group == 0) {
     const auto tiled = [&]<CodeKind CK>() { with_scale_kind<CK>(w, [&]<ScaleKind SK>() { s16_tile<CK, SK>(j); }); };
     switch (w.code) {
       case CodeKind::kInt4: tiled.template operator()<CodeKind::kInt4>(); break;

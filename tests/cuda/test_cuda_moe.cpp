@@ -1124,21 +1124,29 @@ TEST(CudaSm90, W4A8Fp8OnQgmma) {
 // both sides of that boundary: 64 rows (one block, tail), 65 (row 64 live: both warpgroups), 192
 // (second block exactly 64: tail), 193, 1 (a block of one row), and an expert with none. Tokens
 // are shuffled so an expert's rows are not contiguous tokens.
+// Top-1 routing that gives expert e exactly counts[e] tokens, the tokens shuffled (an expert's rows are
+// not contiguous tokens), router weights in [0.05, 1).
+Routing top1_routing(const std::vector<int>& counts, uint64_t seed) {
+  const int64_t m = std::accumulate(counts.begin(), counts.end(), int64_t{0});
+  std::vector<int32_t> ids;
+  for (int e = 0; e < static_cast<int>(counts.size()); ++e) ids.insert(ids.end(), counts[e], e);
+  std::shuffle(ids.begin(), ids.end(), std::mt19937_64(seed));
+  Routing r{Tensor(DType::kF32, {m, 1}), Tensor(DType::kI32, {m, 1})};
+  std::mt19937_64 rng(seed + 1);
+  for (int64_t t = 0; t < m; ++t) {
+    r.ids.data_mut<int32_t>()[t] = ids[t];
+    r.w.data_mut<float>()[t] = std::uniform_real_distribution<float>(0.05f, 1.f)(rng);
+  }
+  return r;
+}
+
 TEST(CudaSm90, TailBlocksAtTheOneWarpgroupBoundary) {
   SKIP_WITHOUT_GPU();
   SKIP_WITHOUT_SM90();
   const std::vector<int> counts = {64, 65, 192, 193, 1, 0};
   const int E = static_cast<int>(counts.size()), H = 264, I = 136;
   const int64_t m = std::accumulate(counts.begin(), counts.end(), int64_t{0});
-  std::vector<int32_t> ids;
-  for (int e = 0; e < E; ++e) ids.insert(ids.end(), counts[e], e);
-  std::shuffle(ids.begin(), ids.end(), std::mt19937_64(77));
-  Routing r{Tensor(DType::kF32, {m, 1}), Tensor(DType::kI32, {m, 1})};
-  std::mt19937_64 rng(78);
-  for (int64_t t = 0; t < m; ++t) {
-    r.ids.data_mut<int32_t>()[t] = ids[t];
-    r.w.data_mut<float>()[t] = std::uniform_real_distribution<float>(0.05f, 1.f)(rng);
-  }
+  const Routing r = top1_routing(counts, 77);
   std::vector<Case> cases;
   auto add = [&](std::string n, auto f) { add_case(cases, std::move(n), f); };
   add("bf16", [](auto&) {});
@@ -1175,15 +1183,7 @@ TEST(CudaSm90, LiveTokenColumns) {
   const std::vector<int> counts = {1, 32, 33, 100, 128, 129, 160, 161, 200, 224, 225, 255, 256, 257, 300, 0};
   const int E = static_cast<int>(counts.size()), H = 264, I = 136;
   const int64_t m = std::accumulate(counts.begin(), counts.end(), int64_t{0});
-  std::vector<int32_t> ids;
-  for (int e = 0; e < E; ++e) ids.insert(ids.end(), counts[e], e);
-  std::shuffle(ids.begin(), ids.end(), std::mt19937_64(81));
-  Routing r{Tensor(DType::kF32, {m, 1}), Tensor(DType::kI32, {m, 1})};
-  std::mt19937_64 rng(82);
-  for (int64_t t = 0; t < m; ++t) {
-    r.ids.data_mut<int32_t>()[t] = ids[t];
-    r.w.data_mut<float>()[t] = std::uniform_real_distribution<float>(0.05f, 1.f)(rng);
-  }
+  const Routing r = top1_routing(counts, 81);
   std::vector<Case> cases = fold_cases();
   auto add = [&](std::string n, auto f) { add_case(cases, std::move(n), f); };
   add("int4_channel_asym_bias_fp16", [](auto& sp) {

@@ -42,7 +42,8 @@ struct Sm90Gemm {
   // holds a little more or less than half a tile); 0: the first half where at most half is live
   // (half_tail), else all. Bit-identical either way by construction. Opt-in (QMOE_CUDA_WQ_LIVE_COLS=1)
   // until a GPU run has tested and measured it: written in the fiftieth session, which had no device
-  // (docs/gpu_logs/2026-12-07_s50/scripts/run1.sh is the call that does both).
+  // (docs/gpu_logs/2026-12-07_s50/scripts/run1.sh is the call that does both). Its own kernels
+  // (sm90_moe_wq_kernel's LIVE), so that the default ones keep their register allocation.
   int live_cols = 0;
   // 1: a weight box that ends past N's rows (the last of N when np is not a multiple of 256, e.g.
   // gpt-oss-120b's N = 2880 / 5760) is loaded only as far as it holds rows: the streaming kernel

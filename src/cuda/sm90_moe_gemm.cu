@@ -1237,7 +1237,9 @@ __device__ __forceinline__ void with_cols(int nu, F&& f) {
   else with_cols<TN, STEP, N + STEP>(nu, f);
 }
 
-template <class Op, WFmt F, int SC, int TN, bool Q8 = false>
+// LIVE: the M-block's live token columns by 32 (Sm90Gemm::live_cols), a kernel of its own, so that the
+// default one keeps the register allocation of its two column counts (whole, half)
+template <class Op, WFmt F, int SC, int TN, bool Q8 = false, bool LIVE = false>
 __global__ void __launch_bounds__(384, wq_ctas<F, TN, SC>())
     sm90_moe_wq_kernel(const __grid_constant__ CUtensorMap tma_x, const Sm90Gemm p) {
 #if QMOE_SM90A
@@ -1246,6 +1248,7 @@ __global__ void __launch_bounds__(384, wq_ctas<F, TN, SC>())
   static_assert(!FOLD || F == WFmt::kU4, "folded group scales: int4 atoms");
   static_assert(!Q8 || (F == WFmt::kU4 && !FOLD && wq_ctas<F, TN, SC>() == 1),
                 "Q8: int4 atoms, group or channel scales, one CTA per SM (the interleaved loop)");
+  static_assert(!LIVE || (TN >= kBM && !Q8), "live token columns: 128- / 256-row tiles, not Q8");
   static_assert(TN != 256 || (wq_tn256<F, SC>() && !Q8),
                 "256-row token tiles: int4 / int8 / fp8 atoms or fp4 units accumulating straight into acc (no second accumulator set)");
   // the zero-point magic and the exact (u - z) pairs: fp16 for Q8 (converted to e4m3 from there)
@@ -1353,14 +1356,12 @@ __global__ void __launch_bounds__(384, wq_ctas<F, TN, SC>())
     // session, r8: MXFP4 up to 1.08x, NVFP4A16 0.97-1.05x), so every tile takes it.
     // (a vote, for the same reason as the tile's: mb is uniform but comes from shared memory)
     // The token columns to multiply, nu (warp-uniform: votes, as above): TN, or TN / 2 where at most
-    // half the rows are live (half_tail); 128- / 256-row tiles (not Q8) with live_cols: the live rows
-    // rounded up to 32 (lane c's vote: row 32 c live; align puts an expert's padding after its rows),
-    // as wgmma n32 .. n256 over the first nu columns, the rest of acc staying zero (padding positions).
-    int nu = __all_sync(0xffffffffu, p.half_tail && p.sorted_ids[mb * TN + TN / 2] >= p.numel) ? TN / 2 : TN;
-    if constexpr (TN >= kBM && !Q8) {
-      if (p.live_cols)
-        nu = 32 * __popc(__ballot_sync(0xffffffffu, lane < TN / 32 && p.sorted_ids[mb * TN + 32 * lane] < p.numel));
-    }
+    // half the rows are live (half_tail); LIVE: the live rows rounded up to 32 (lane c's vote: row 32 c
+    // live; align puts an expert's padding after its rows), as wgmma n32 .. n256 over the first nu
+    // columns, the rest of acc staying zero (padding positions).
+    const int nu = LIVE ? 32 * __popc(__ballot_sync(0xffffffffu, lane < TN / 32 && p.sorted_ids[mb * TN + 32 * lane] < p.numel))
+                 : __all_sync(0xffffffffu, p.half_tail && p.sorted_ids[mb * TN + TN / 2] >= p.numel) ? TN / 2
+                                                                                                  : TN;
     const bool half = nu <= TN / 2;
     const int tile16 = nb * 8 + cw * 4 + warp;  // this warp's n16 tile of prepared rows
     // this thread's two weight rows (prepared order): tile16 * 16 + h * 8 + lane / 4
@@ -1454,8 +1455,9 @@ __global__ void __launch_bounds__(384, wq_ctas<F, TN, SC>())
     // One stage's 8 k16 steps: step st's A fragment is dequantized, then its wgmma issued at once, so
     // the tensor pipe starts on step 0 while the warps dequantize the later steps (each step keeps its
     // own fragment registers until the stage's wait). The descriptors are the stage's base plus
-    // constant offsets, and each count of token columns (nu) is a straight copy of the K loop (a branch
-    // per wgmma split the chain: one WARPGROUP.ARRIVE and scoreboard per HGMMA in its own block).
+    // constant offsets, and whole / half token tiles (LIVE: each count of token columns) are straight
+    // copies of the stage (a branch per wgmma split the chain: one WARPGROUP.ARRIVE and scoreboard
+    // per HGMMA in its own block).
     // H200, ncu (twelfth session): with all 8 fragments dequantized before the first wgmma the
     // tensor pipe was 46% busy on mixtral-8x7b int4 g128 M = 4096 (the 16-bit tile kernel 84%).
     // Two-CTA kernels (80 registers at launch) keep the fragments-first order: interleaved, ptxas
@@ -1624,8 +1626,10 @@ __global__ void __launch_bounds__(384, wq_ctas<F, TN, SC>())
 #pragma unroll
       for (int u = 0; u < RAWN; ++u) load_unit(sW + s * C::W_ST + wtile, u, rw);
     }
-    // the K loop, one copy per column count (a branch per stage among the 256-row tile's eight made
-    // ptxas serialize their wgmmas for want of registers, C7511)
+    // The K loop. LIVE: one copy per column count (a branch per stage among the 256-row tile's eight
+    // made ptxas serialize their wgmmas for want of registers, C7511); otherwise one loop that picks the
+    // whole or the half tile per stage, as before the LIVE kernels (one copy each spilled 184 / 176
+    // bytes in the fp4 256-row kernels, against 128 / 156)
     const auto k_loop = [&](auto cols_tag) {
       for (int kb = 0; kb < nk; ++kb) {
         if constexpr (!kPrefetch) mbar_wait(&full[s], ph);
@@ -1645,7 +1649,9 @@ __global__ void __launch_bounds__(384, wq_ctas<F, TN, SC>())
           stage_mma_ff(x_st, w_st, kb, sd0, preload);
         } else {
           preload();
-          stage_mma(cols_tag, x_st, w_st, rw, kb, sd0);
+          if constexpr (LIVE) stage_mma(cols_tag, x_st, w_st, rw, kb, sd0);
+          else if (half) stage_mma(std::integral_constant<int, TN / 2>{}, x_st, w_st, rw, kb, sd0);
+          else stage_mma(std::integral_constant<int, TN>{}, x_st, w_st, rw, kb, sd0);
         }
         wgmma_commit();
         if constexpr (kPrefetch) {
@@ -1684,8 +1690,8 @@ __global__ void __launch_bounds__(384, wq_ctas<F, TN, SC>())
         }
       }
     };
-    if constexpr (!kInterleave) k_loop(std::integral_constant<int, TN>{});  // stage_mma_ff: half or whole
-    else with_cols<TN, TN >= kBM && !Q8 ? 32 : TN / 2>(nu, k_loop);
+    if constexpr (LIVE) with_cols<TN, 32>(nu, k_loop);
+    else k_loop(std::integral_constant<int, TN>{});  // (the tag unused: half or whole per stage)
     if (p.row_scale != nullptr) named_bar_sync(1, 256);  // the staged activation scales
     if constexpr (FP4) {
       // (row scale x global scale) x 2^-c, as moe_gemm_fp4.cu; the row scale (W4A4: 1 / G) by position
@@ -2109,10 +2115,10 @@ void launch_stream(const Sm90Gemm& p, cudaStream_t s) {
   QMOE_CUDA_LAUNCH_OK();
 }
 
-template <class Op, WFmt F, int SC, int TN, bool Q8 = false>
+template <class Op, WFmt F, int SC, int TN, bool Q8 = false, bool LIVE = false>
 void launch_wq_tn(const Sm90Gemm& p, cudaStream_t s) {
   using C = WqCfg<F, TN, SC, Q8>;
-  auto kern = sm90_moe_wq_kernel<Op, F, SC, TN, Q8>;
+  auto kern = sm90_moe_wq_kernel<Op, F, SC, TN, Q8, LIVE>;
   static std::once_flag once;
   std::call_once(once, [&] { QMOE_CUDA_OK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM)); });
   // Q8: e4m3 code rows, permuted within each 16 columns, so a row's last 16 columns may hold codes
@@ -2135,8 +2141,13 @@ void launch_wq(const Sm90Gemm& p, cudaStream_t s) {
     }
   }
   QMOE_CHECK(!p.q8, kInternal, "sm90 wq GEMM: Q8 is for int4 atoms with group or channel scales");
+  const auto wide = [&](auto tn) {  // 128- / 256-row tiles: the LIVE kernel where p.live_cols
+    constexpr int TN = decltype(tn)::value;
+    if (p.live_cols) launch_wq_tn<Op, F, SC, TN, false, true>(p, s);
+    else launch_wq_tn<Op, F, SC, TN>(p, s);
+  };
   if (p.block == 256) {
-    if constexpr (wq_tn256<F, SC>()) launch_wq_tn<Op, F, SC, 256>(p, s);
+    if constexpr (wq_tn256<F, SC>()) wide(std::integral_constant<int, 256>{});
     else
       QMOE_CHECK(false, kInternal,
                  "sm90 wq GEMM: 256-row M-blocks are for fp4, int4 with channel or folded scales, or int8 / fp8 with channel scales");
@@ -2144,7 +2155,7 @@ void launch_wq(const Sm90Gemm& p, cudaStream_t s) {
   }
   if (p.block == 32) launch_wq_tn<Op, F, SC, 32>(p, s);
   else if (p.block == 64) launch_wq_tn<Op, F, SC, 64>(p, s);
-  else launch_wq_tn<Op, F, SC, kBM>(p, s);
+  else wide(std::integral_constant<int, kBM>{});
 }
 
 bool env_off() {

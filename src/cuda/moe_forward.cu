@@ -317,6 +317,8 @@ struct ExpertsPlan {
   bool fold = false;
   // W4A8 fp8 on QGMMA (Sm90Gemm::q8): A and h rows as e4m3 codes in the Sm90Gather::kperm order
   bool q8 = false;
+  // the wq kernel's live token columns on 128- / 256-row tiles (Sm90Gemm::live_cols; opt-in)
+  bool live_cols = false;
   // fp8 block weight scales by tile half on the Hopper tile kernel (Sm90Gemm::block_slots)
   bool block_slots = false;
   // the tile kernel's epilogue 4 columns per lane (Sm90Gemm::wide_store)
@@ -391,6 +393,7 @@ struct ExpertsPlan {
       };
       q8 = op.wq && ex.fmt == WFmt::kU4 && ex.act_quant == ActQuant::kFP8Token && q8_fits(ex.w13) &&
            q8_fits(ex.w2) && w4a8_qgmma_on();
+      live_cols = op.wq && bm >= 128 && !q8 && wq_live_cols_on();
       block_slots = op.bytes && ex.fmt == WFmt::kFP8 && fp8_block_slots_on();
       wide_store = wide_store_on();
       if (!stream && !op.wq && !op.quant() && !weight_on_input && ex.hidden % 8 == 0)
@@ -654,7 +657,7 @@ void run_experts_sm90(const DevExperts& ex, const ExpertsPlan& pl, const void* x
     q.numel = static_cast<int>(pl.numel);
     q.max_blocks = static_cast<int>(std::min<int64_t>(pl.cap / pl.bm, pl.numel));
     q.half_tail = half_tail_on() ? 1 : 0;
-    q.live_cols = wq_live_cols_on() ? 1 : 0;
+    q.live_cols = pl.live_cols ? 1 : 0;
     q.trim_box = trim_box_on() ? 1 : 0;
     // the streaming kernel's weight boxes evict-first where the token rows would not stay in L2
     // (config.h stream_evict_first)
@@ -953,6 +956,7 @@ std::string forward_kernels(const DevExperts& ex, int64_t m, int top_k) {
                " gemm2=sm90-wgmma", p.routed.bm == 128 ? "" : std::to_string(p.routed.bm),
                p.routed.quant_once ? " x-once" : "",
                p.routed.a_direct ? " x-direct" : "", p.routed.fold ? " fold" : "", p.routed.q8 ? " q8" : "",
+               p.routed.live_cols ? " live" : "",
                p.routed.pairs ? " pairs" : "", p.routed.fp8_wide ? " n256" : "");
   if (p.routed.dec)
     return str(ex.method, " gemm1=", p.routed.dec90_1 ? "decode90" : "decode", p.routed.dec_r == 16 ? "r16" : "",

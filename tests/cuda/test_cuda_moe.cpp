@@ -1209,8 +1209,10 @@ TEST(CudaSm90, LiveTokenColumns) {
       ASSERT_NE(kern.find(tn[0] == '2' ? "gemm1=sm90-wgmma256 " : "gemm1=sm90-wgmma "), std::string::npos) << what;
       Tensor on, off;
       env.set("QMOE_CUDA_WQ_LIVE_COLS", "1");
+      ASSERT_NE(cuda::forward_kernels(ex, m, 1).find(" live"), std::string::npos) << what;
       on = run_device(ex, nullptr, x, r, false);
       env.set("QMOE_CUDA_WQ_LIVE_COLS", "0");
+      ASSERT_EQ(cuda::forward_kernels(ex, m, 1).find(" live"), std::string::npos) << what;
       off = run_device(ex, nullptr, x, r, false);
       ASSERT_EQ(on.nbytes(), off.nbytes());
       EXPECT_EQ(std::memcmp(on.raw(), off.raw(), on.nbytes()), 0) << what << ": live columns differ from halves";

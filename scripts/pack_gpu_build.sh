@@ -8,7 +8,7 @@
 #     builds those targets in BUILD_DIR; without it, binaries older than a source are reported.
 #     QMOE_PACK_EXTRA="FILE:NAME ..." adds more binaries to the same pack under NAME, e.g. a variant CLI
 #     of scripts/build_variant.sh for an A/B (one pack: xz shares the kernels' bytes between them, so a
-#     second CLI costs ~1 MiB there, ~17 MiB as a pack of its own)
+#     second CLI cost ~1 MiB there in s50, ~17 MiB as a pack of its own)
 #   scripts/pack_gpu_build.sh --unpack [DEST]                   (on the GPU machine)
 #     extracts DEST/pack.tar.xz into DEST, after which: scripts/gpu_tests.sh DEST
 set -euo pipefail

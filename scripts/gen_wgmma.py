@@ -93,12 +93,13 @@ RA_COLS = [(n, 64) for n in (32, 96)] + [(n, 128) for n in (32, 64, 96, 160, 192
 for n, d in RA_COLS:
     for t in ("bf16", "f16"):
         out.append(gen(f"wgmma_ra_n{n}_of{2 * d}_{t}", n, f"{t}.{t}", 16, a_regs=True, d_len=d))
-# wgmma_ra_cols<BF, N, D>: the first N columns of a tile of 2 D token columns, by the names above
+# wgmma_ra_cols<BF, N, D>: the first N columns of a tile of 2 D token columns (2 D = 32 .. 256), by the
+# names above: the wq kernel's one dispatch of its 16-bit wgmmas
 disp = ["// D[64 x N] (+)= A (registers) * B[N x 16]^T of a tile of 2 D token columns (N = 2 D: all of it);",
         "// BF: bf16, else f16 operands.",
         "template <bool BF, int N, int D>",
         "__device__ __forceinline__ void wgmma_ra_cols(float (&d)[D], const uint32_t (&a)[4], uint64_t db, int scale_d) {"]
-shapes = [(2 * d, d) for d in (64, 128)] + [(64, 64), (128, 128)] + RA_COLS
+shapes = [(2 * d, d) for d in (16, 32, 64, 128)] + [(d, d) for d in (16, 32, 64, 128)] + RA_COLS
 first = True
 for n, d in sorted(set(shapes), key=lambda x: (x[1], x[0])):
     name = f"wgmma_ra_n{n}" + ("" if n == 2 * d else f"_of{2 * d}")

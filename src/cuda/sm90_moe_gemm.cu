@@ -1213,28 +1213,13 @@ __device__ __forceinline__ void wgmma_ra_q8(float (&d)[TN / 2], const uint32_t (
   else wgmma_ra_n32_of64_e4m3(d, a, db, scale_d);
 }
 
-// wgmma m64 x TN x k16, A (64 weight rows) from registers, B (TN token rows) from shared memory;
-// HALF: the first TN / 2 token columns only (their accumulators are the first half of d's).
-template <class Op, int TN, bool HALF = false>
-__device__ __forceinline__ void wgmma_ra(float (&d)[TN / 2], const uint32_t (&a)[4], uint64_t db, int scale_d) {
-  constexpr bool bf = std::is_same_v<Op, BF16>;
-  if constexpr (TN == 256 && !HALF) bf ? wgmma_ra_n256_bf16(d, a, db, scale_d) : wgmma_ra_n256_f16(d, a, db, scale_d);
-  else if constexpr (TN == 256) bf ? wgmma_ra_n128_of256_bf16(d, a, db, scale_d) : wgmma_ra_n128_of256_f16(d, a, db, scale_d);
-  else if constexpr (TN == 128 && !HALF) bf ? wgmma_ra_n128_bf16(d, a, db, scale_d) : wgmma_ra_n128_f16(d, a, db, scale_d);
-  else if constexpr (TN == 128) bf ? wgmma_ra_n64_of128_bf16(d, a, db, scale_d) : wgmma_ra_n64_of128_f16(d, a, db, scale_d);
-  else if constexpr (TN == 64 && !HALF) bf ? wgmma_ra_n64_bf16(d, a, db, scale_d) : wgmma_ra_n64_f16(d, a, db, scale_d);
-  else if constexpr (TN == 64) bf ? wgmma_ra_n32_of64_bf16(d, a, db, scale_d) : wgmma_ra_n32_of64_f16(d, a, db, scale_d);
-  else if constexpr (!HALF) bf ? wgmma_ra_n32_bf16(d, a, db, scale_d) : wgmma_ra_n32_f16(d, a, db, scale_d);
-  else bf ? wgmma_ra_n16_of32_bf16(d, a, db, scale_d) : wgmma_ra_n16_of32_f16(d, a, db, scale_d);
-}
-
-// f(std::integral_constant<int, N>{}) for the least N of STEP, 2 STEP, .. TN with nu <= N; nu is
+// f(std::integral_constant<int, N>{}) for the least N of 32, 64, .. TN with nu <= N; nu is
 // warp-uniform, and each test a vote, so that the wgmmas in every branch stay on a convergent path
-template <int TN, int STEP, int N = STEP, class F>
+template <int TN, int N = 32, class F>
 __device__ __forceinline__ void with_cols(int nu, F&& f) {
   if constexpr (N >= TN) f(std::integral_constant<int, TN>{});
   else if (__all_sync(0xffffffffu, nu <= N)) f(std::integral_constant<int, N>{});
-  else with_cols<TN, STEP, N + STEP>(nu, f);
+  else with_cols<TN, N + 32>(nu, f);
 }
 
 // LIVE: the M-block's live token columns by 32 (Sm90Gemm::live_cols), a kernel of its own, so that the
@@ -1256,6 +1241,7 @@ __global__ void __launch_bounds__(384, wq_ctas<F, TN, SC>())
   constexpr int NJ = TN / 8;  // n8 token groups of the accumulators
   constexpr int KA = WqFmt<F>::KA, UNIT = WqFmt<F>::UNIT, ATOMS = C::ATOMS, STAGES = C::STAGES;
   constexpr bool FP4 = kWqFp4<F>;
+  constexpr bool kBf = std::is_same_v<Op, BF16>;  // the operands of wgmma_ra_cols
   extern __shared__ uint8_t smem_raw[];
   uint8_t* smem = align_1024(smem_raw);  // 128B-swizzled stages start on 1024-byte boundaries
   uint8_t* sX = smem;
@@ -1563,7 +1549,7 @@ __global__ void __launch_bounds__(384, wq_ctas<F, TN, SC>())
     const auto stage_mma = [&](auto cols_tag, const uint8_t* x_st, const uint8_t* w_st, const Raw& rpre, int kb,
                                int sd0) {
       constexpr int NU = decltype(cols_tag)::value;  // token columns multiplied
-      constexpr bool H = NU < TN;                     // TN < 128, Q8: NU is TN / 2 or TN
+      constexpr bool H = NU < TN;                     // Q8: NU is TN / 2 or TN
       const uint64_t d0 = smem_desc(x_st);
       Raw r;  // without the prefetch: all of the stage's shared-memory loads first
       if constexpr (kPrefetch) {
@@ -1589,15 +1575,8 @@ __global__ void __launch_bounds__(384, wq_ctas<F, TN, SC>())
         convert(r, kb, st, af[st]);
         wgmma_fence();
         const uint64_t db = d0 + static_cast<uint64_t>(((st >> 2) * TN * 128 + (st & 3) * 32) >> 4);
-        if constexpr (TN >= kBM) {
-          constexpr bool bf = std::is_same_v<Op, BF16>;
-          if constexpr (channel) wgmma_ra_cols<bf, NU, TN / 2>(acc, af[st], db, 1);
-          else wgmma_ra_cols<bf, NU, TN / 2>(tmp, af[st], db, st == 0 ? sd0 : 1);
-        } else if constexpr (channel) {
-          wgmma_ra<Op, TN, H>(acc, af[st], db, 1);
-        } else {
-          wgmma_ra<Op, TN, H>(tmp, af[st], db, st == 0 ? sd0 : 1);
-        }
+        if constexpr (channel) wgmma_ra_cols<kBf, NU, TN / 2>(acc, af[st], db, 1);
+        else wgmma_ra_cols<kBf, NU, TN / 2>(tmp, af[st], db, st == 0 ? sd0 : 1);
       }
     };
     // the fragments-first order with a branch per wgmma (two-CTA kernels)
@@ -1615,8 +1594,8 @@ __global__ void __launch_bounds__(384, wq_ctas<F, TN, SC>())
       for (int st = 0; st < 8; ++st) {
         const uint64_t db = smem_desc(x_st + (st >> 2) * TN * 128 + (st & 3) * 32);
         const int sd = st == 0 ? sd0 : 1;
-        if (half) wgmma_ra<Op, TN, true>(channel ? acc : tmp, af[st], db, channel ? 1 : sd);
-        else wgmma_ra<Op, TN>(channel ? acc : tmp, af[st], db, channel ? 1 : sd);
+        if (half) wgmma_ra_cols<kBf, TN / 2, TN / 2>(channel ? acc : tmp, af[st], db, channel ? 1 : sd);
+        else wgmma_ra_cols<kBf, TN, TN / 2>(channel ? acc : tmp, af[st], db, channel ? 1 : sd);
       }
     };
     const int wtile = (cw * 4 + warp) * ATOMS * UNIT;  // this warp's n16 tile in a stage
@@ -1690,7 +1669,7 @@ __global__ void __launch_bounds__(384, wq_ctas<F, TN, SC>())
         }
       }
     };
-    if constexpr (LIVE) with_cols<TN, 32>(nu, k_loop);
+    if constexpr (LIVE) with_cols<TN>(nu, k_loop);
     else k_loop(std::integral_constant<int, TN>{});  // (the tag unused: half or whole per stage)
     if (p.row_scale != nullptr) named_bar_sync(1, 256);  // the staged activation scales
     if constexpr (FP4) {

@@ -1204,12 +1204,15 @@ __device__ __forceinline__ void dq_u4_word_f16(uint32_t w, const uint32_t (&zs)[
     o[2 * h + 1] = *reinterpret_cast<const uint32_t*>(&r);
   }
 }
-template <int TN, bool HALF = false>
+// the first NU of the TN token columns (NU = TN: all of them; TN / 2: a half tile; LIVE: 32 .. 128)
+template <int TN, int NU>
 __device__ __forceinline__ void wgmma_ra_q8(float (&d)[TN / 2], const uint32_t (&a)[4], uint64_t db, int scale_d) {
-  static_assert(TN == 128 || TN == 64, "Q8: 128- or 64-row token tiles");
-  if constexpr (TN == 128 && !HALF) wgmma_ra_n128_e4m3(d, a, db, scale_d);
-  else if constexpr (TN == 128) wgmma_ra_n64_of128_e4m3(d, a, db, scale_d);
-  else if constexpr (!HALF) wgmma_ra_n64_e4m3(d, a, db, scale_d);
+  static_assert(TN == 128 || (TN == 64 && NU % 32 == 0), "Q8: 128- or 64-row token tiles");
+  if constexpr (TN == 128 && NU == 128) wgmma_ra_n128_e4m3(d, a, db, scale_d);
+  else if constexpr (TN == 128 && NU == 96) wgmma_ra_n96_of128_e4m3(d, a, db, scale_d);
+  else if constexpr (TN == 128 && NU == 64) wgmma_ra_n64_of128_e4m3(d, a, db, scale_d);
+  else if constexpr (TN == 128 && NU == 32) wgmma_ra_n32_of128_e4m3(d, a, db, scale_d);
+  else if constexpr (NU == 64) wgmma_ra_n64_e4m3(d, a, db, scale_d);
   else wgmma_ra_n32_of64_e4m3(d, a, db, scale_d);
 }
 
@@ -1233,7 +1236,7 @@ __global__ void __launch_bounds__(384, wq_ctas<F, TN, SC>())
   static_assert(!FOLD || F == WFmt::kU4, "folded group scales: int4 atoms");
   static_assert(!Q8 || (F == WFmt::kU4 && !FOLD && wq_ctas<F, TN, SC>() == 1),
                 "Q8: int4 atoms, group or channel scales, one CTA per SM (the interleaved loop)");
-  static_assert(!LIVE || (TN >= kBM && !Q8), "live token columns: 128- / 256-row tiles, not Q8");
+  static_assert(!LIVE || TN >= kBM, "live token columns: 128- / 256-row tiles");
   static_assert(TN != 256 || (wq_tn256<F, SC>() && !Q8),
                 "256-row token tiles: int4 / int8 / fp8 atoms or fp4 units accumulating straight into acc (no second accumulator set)");
   // the zero-point magic and the exact (u - z) pairs: fp16 for Q8 (converted to e4m3 from there)
@@ -1549,7 +1552,6 @@ __global__ void __launch_bounds__(384, wq_ctas<F, TN, SC>())
     const auto stage_mma = [&](auto cols_tag, const uint8_t* x_st, const uint8_t* w_st, const Raw& rpre, int kb,
                                int sd0) {
       constexpr int NU = decltype(cols_tag)::value;  // token columns multiplied
-      constexpr bool H = NU < TN;                     // Q8: NU is TN / 2 or TN
       const uint64_t d0 = smem_desc(x_st);
       Raw r;  // without the prefetch: all of the stage's shared-memory loads first
       if constexpr (kPrefetch) {
@@ -1565,7 +1567,7 @@ __global__ void __launch_bounds__(384, wq_ctas<F, TN, SC>())
           convert_q8(r, t, aq[t]);
           wgmma_fence();
           const uint64_t db = d0 + static_cast<uint64_t>((t * 32) >> 4);
-          wgmma_ra_q8<TN, H>(tmp, aq[t], db, t == 0 ? sd0 : 1);  // promoted after the stage
+          wgmma_ra_q8<TN, NU>(tmp, aq[t], db, t == 0 ? sd0 : 1);  // promoted after the stage
         }
         return;
       }
@@ -1610,6 +1612,8 @@ __global__ void __launch_bounds__(384, wq_ctas<F, TN, SC>())
     // whole or the half tile per stage, as before the LIVE kernels (one copy each spilled 184 / 176
     // bytes in the fp4 256-row kernels, against 128 / 156)
     const auto k_loop = [&](auto cols_tag) {
+      // the n8 column groups a promotion adds (LIVE: the multiplied ones; the others are padding)
+      constexpr int NJP = decltype(cols_tag)::value / 8;
       for (int kb = 0; kb < nk; ++kb) {
         if constexpr (!kPrefetch) mbar_wait(&full[s], ph);
         const uint8_t* x_st = sX + s * C::X_ST;
@@ -1649,7 +1653,7 @@ __global__ void __launch_bounds__(384, wq_ctas<F, TN, SC>())
           if constexpr (grouped) {
             if constexpr (!FOLD) {
 #pragma unroll
-              for (int j = 0; j < NJ; ++j) {
+              for (int j = 0; j < NJP; ++j) {
                 acc[j * 4 + 0] += tmp[j * 4 + 0] * sc[0];
                 acc[j * 4 + 1] += tmp[j * 4 + 1] * sc[0];
                 acc[j * 4 + 2] += tmp[j * 4 + 2] * sc[1];
@@ -1662,7 +1666,7 @@ __global__ void __launch_bounds__(384, wq_ctas<F, TN, SC>())
             if (p.zero != nullptr && kb + 1 < nk) set_zero(zn[0], zn[1]);
           } else if constexpr (Q8) {
 #pragma unroll
-            for (int i = 0; i < TN / 2; ++i) acc[i] += tmp[i];
+            for (int i = 0; i < 4 * NJP; ++i) acc[i] += tmp[i];
           }
           ic = 0;
           ++g;
@@ -1670,7 +1674,7 @@ __global__ void __launch_bounds__(384, wq_ctas<F, TN, SC>())
       }
     };
     if constexpr (LIVE) with_cols<TN>(nu, k_loop);
-    else k_loop(std::integral_constant<int, TN>{});  // (the tag unused: half or whole per stage)
+    else k_loop(std::integral_constant<int, TN>{});  // (half or whole per stage; promotions over all TN)
     if (p.row_scale != nullptr) named_bar_sync(1, 256);  // the staged activation scales
     if constexpr (FP4) {
       // (row scale x global scale) x 2^-c, as moe_gemm_fp4.cu; the row scale (W4A4: 1 / G) by position
@@ -2114,8 +2118,11 @@ void launch_wq(const Sm90Gemm& p, cudaStream_t s) {
     if (p.q8) {
       QMOE_CHECK(sm90_wq_q8_supports(p.block, SC == kScChannel), kInternal, "sm90 wq GEMM: Q8 with M-blocks of ",
                  p.block, " rows", SC == kScChannel ? " and channel scales" : "");
-      if constexpr (SC == kScChannel) launch_wq_tn<Op, F, SC, kBM, true>(p, s);
-      else p.block == 64 ? launch_wq_tn<Op, F, SC, 64, true>(p, s) : launch_wq_tn<Op, F, SC, kBM, true>(p, s);
+      if constexpr (SC != kScChannel) {
+        if (p.block == 64) return launch_wq_tn<Op, F, SC, 64, true>(p, s);
+      }
+      if (p.live_cols) launch_wq_tn<Op, F, SC, kBM, true, true>(p, s);
+      else launch_wq_tn<Op, F, SC, kBM, true>(p, s);
       return;
     }
   }

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# session 51, call 2: the pack at the commit that makes the wq kernel's live token columns the default
-# and extends them to W4A8 fp8 on QGMMA (Sm90Gemm::q8: wgmma n32 / n96 of 128 e4m3, promotions over the
-# live columns only), with the decode kernel's A rows staged in shared memory (s49's patch).
+# session 51, call 2: the pack at the commit where the wq kernel's 128- / 256-row tiles always run one
+# K-loop copy per count of token columns (live columns the default, QMOE_CUDA_WQ_LIVE_COLS=0 counting
+# whole / half tiles only; no separate LIVE kernels), extended to W4A8 fp8 on QGMMA (Sm90Gemm::q8:
+# wgmma n32 / n96 of 128 e4m3, promotions over the multiplied columns only), with the decode kernel's
+# A rows staged in shared memory (s49's patch).
 # (a) the GPU suite (incl. CudaSm90.LiveTokenColumns with the W4A8 cases); (b) A/B of live_cols on
 # W4A8 fp8 in one binary (QMOE_CUDA_WQ_LIVE_COLS=0 / 1), M = 256 / 1024 / 4096, every shape,
 # alternated; (c) the anchor rows of every scheme at M = 1 .. 4096, in what is left of 500 s (device time was short after failed starts).

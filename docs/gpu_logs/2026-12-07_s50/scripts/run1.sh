@@ -6,7 +6,7 @@
 # in one binary (QMOE_CUDA_WQ_LIVE_COLS=0 / 1), int4 / MXFP4 / NVFP4A16 at M = 256 / 1024 / 4096 on
 # every shape, alternated; (c) A/B of the decode patch, qmoe against qmoe_smem, M = 1 / 16 / 64 of
 # int4 / fp8 / MXFP4, alternated, in what is left of 585 s.
-# Not run in s50 (no device). The pack it needs, from a build of HEAD:
+# Not run in s50 (no device); run in s51 (r1 in docs/gpu_logs/2026-12-07_s51). The pack it needs, from a build of HEAD:
 #   git apply docs/gpu_logs/2026-12-07_s49/decode_arow_smem_not_run.patch
 #   scripts/build_variant.sh -B build smem "" moe_decode.cu; git checkout src/cuda/moe_decode.cu
 #   QMOE_PACK_EXTRA="build/var/smem/qmoe:qmoe_smem" scripts/pack_gpu_build.sh build build-gpu-carry

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# session 51, call 2: the pack at the commit where the wq kernel's 128- / 256-row tiles always run one
+# NOT RUN (no device came for it). session 51, call 2: the pack at the commit where the wq kernel's 128- / 256-row tiles always run one
 # K-loop copy per count of token columns (live columns the default, QMOE_CUDA_WQ_LIVE_COLS=0 counting
 # whole / half tiles only; no separate LIVE kernels), extended to W4A8 fp8 on QGMMA (Sm90Gemm::q8:
 # wgmma n32 / n96 of 128 e4m3, promotions over the multiplied columns only), with the decode kernel's

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# session 51, call 4: run2.sh's pack, the tests this session's kernel changes touch (device time left
+# NOT RUN (no device came for it). session 51, call 4: run2.sh's pack, the tests this session's kernel changes touch (device time left
 # after failed starts: 253 s): the wq kernel's token-column counts (LiveTokenColumns incl. W4A8 fp8 on
 # QGMMA, W4A8Fp8OnQgmma, FoldedGroupScales) and the decode kernels (A rows in shared memory)
 source scripts/gpu_run_lib.sh

@@ -319,7 +319,7 @@ struct ExpertsPlan {
   bool fold = false;
   // W4A8 fp8 on QGMMA (Sm90Gemm::q8): A and h rows as e4m3 codes in the Sm90Gather::kperm order
   bool q8 = false;
-  // the wq kernel's live token columns on 128- / 256-row tiles (Sm90Gemm::live_cols; opt-in)
+  // the wq kernel's live token columns on 128- / 256-row tiles (Sm90Gemm::live_cols; not Q8)
   bool live_cols = false;
   // fp8 block weight scales by tile half on the Hopper tile kernel (Sm90Gemm::block_slots)
   bool block_slots = false;

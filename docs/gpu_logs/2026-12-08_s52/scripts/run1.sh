@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# session 52, call 1: the pack with both of s51's unrun patches applied: s49's decode A rows in shared
+# memory, and s51's W4A8 fp8 live columns with one wq kernel per tile (QMOE_CUDA_WQ_LIVE_COLS=0 counting
+# whole / half tiles only, in the same kernel).
+# (a) the GPU suite (incl. CudaSm90.LiveTokenColumns with the W4A8 cases); (b) A/B of live_cols on
+# W4A8 fp8 in one binary (QMOE_CUDA_WQ_LIVE_COLS=0 / 1), M = 256 / 1024 / 4096, every shape, alternated;
+# (c) the anchor rows of every scheme at M = 1 .. 4096, most wanted first, in what is left of 570 s.
+# The pack: scripts/pack_gpu_build.sh build build-gpu-carry; run with carry ["build-gpu-carry"].
+source scripts/gpu_run_lib.sh
+gpu_run_begin build-gpu-carry r1
+OUT=$W QMOE_GPU_PHASES="info tests capi python" timeout 260 bash scripts/gpu_tests.sh $B $W/gpu_tests.log > $W/gpu_tests.stdout 2>&1; echo "suite rc $? $(el)"
+grep -E "FAILED|passed|failed|rc " $W/gpu_tests.log | tail -8
+pack
+for rep in 1 2; do
+  for lc in 0 1; do
+    [ $(el) -lt 360 ] || break 2
+    QMOE_CUDA_WQ_LIVE_COLS=$lc timeout 45 $B/qmoe bench --backend cuda --shape all --m 256,1024,4096 --scheme w4a8-fp8 --json $W/q8lc${lc}_$rep.json > $W/q8lc${lc}_$rep.md 2>>$W/lc.err; echo "q8 lc $lc rep $rep rc $? $(el)"
+  done
+  pack
+done
+for sc in int4 w4a8-fp8 mxfp4 nvfp4a16 fp8 bf16 w8a8-int8 nvfp4 w4a8-int8 int8; do
+  [ $(el) -lt 530 ] || break
+  timeout $((575 - $(el))) $B/qmoe bench --backend cuda --shape all --m 1,16,64,256,1024,4096 --scheme $sc --json $W/anch_$sc.json > $W/anch_$sc.md 2>>$W/anch.err; echo "anchors $sc rc $? $(el)"
+  pack
+done

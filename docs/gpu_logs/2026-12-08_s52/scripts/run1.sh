@@ -4,7 +4,9 @@
 # whole / half tiles only, in the same kernel).
 # (a) the GPU suite (incl. CudaSm90.LiveTokenColumns with the W4A8 cases); (b) A/B of live_cols on
 # W4A8 fp8 in one binary (QMOE_CUDA_WQ_LIVE_COLS=0 / 1), M = 256 / 1024 / 4096, every shape, alternated;
-# (c) the anchor rows of every scheme at M = 1 .. 4096, most wanted first, in what is left of 570 s.
+# (c) A/B of the wq token tile at 32-64 rows per expert now that 128-row tiles multiply only their live
+# columns: default (32 / 64-row tiles there) against QMOE_CUDA_WQ_TN=128, int4 / MXFP4 at M = 256 / 1024;
+# (d) the anchor rows of every scheme at M = 1 .. 4096, most wanted first, in what is left of 570 s.
 # The pack: scripts/pack_gpu_build.sh build build-gpu-carry; run with carry ["build-gpu-carry"].
 source scripts/gpu_run_lib.sh
 gpu_run_begin build-gpu-carry r1
@@ -15,6 +17,13 @@ for rep in 1 2; do
   for lc in 0 1; do
     [ $(el) -lt 360 ] || break 2
     QMOE_CUDA_WQ_LIVE_COLS=$lc timeout 45 $B/qmoe bench --backend cuda --shape all --m 256,1024,4096 --scheme w4a8-fp8 --json $W/q8lc${lc}_$rep.json > $W/q8lc${lc}_$rep.md 2>>$W/lc.err; echo "q8 lc $lc rep $rep rc $? $(el)"
+  done
+  pack
+done
+for rep in 1 2; do
+  for tn in 0 128; do
+    [ $(el) -lt 420 ] || break 2
+    QMOE_CUDA_WQ_TN=$tn timeout 40 $B/qmoe bench --backend cuda --shape all --m 256,1024 --scheme int4,mxfp4 --json $W/tn${tn}_$rep.json > $W/tn${tn}_$rep.md 2>>$W/tn.err; echo "tn $tn rep $rep rc $? $(el)"
   done
   pack
 done

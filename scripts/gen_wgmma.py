@@ -114,7 +114,4 @@ out.append(gen("wgmma_ra_n128_e4m3", 128, "e4m3.e4m3", 32, a_regs=True, trans=Fa
 out.append(gen("wgmma_ra_n64_of128_e4m3", 64, "e4m3.e4m3", 32, a_regs=True, trans=False, d_len=64))
 out.append(gen("wgmma_ra_n64_e4m3", 64, "e4m3.e4m3", 32, a_regs=True, trans=False))
 out.append(gen("wgmma_ra_n32_of64_e4m3", 32, "e4m3.e4m3", 32, a_regs=True, trans=False, d_len=32))
-# ... and the first 32 / 96 of the 128-row tile's token columns (Sm90Gemm::live_cols)
-out.append(gen("wgmma_ra_n32_of128_e4m3", 32, "e4m3.e4m3", 32, a_regs=True, trans=False, d_len=64))
-out.append(gen("wgmma_ra_n96_of128_e4m3", 96, "e4m3.e4m3", 32, a_regs=True, trans=False, d_len=64))
 open("src/cuda/sm90_wgmma.inc", "w").write("\n\n".join(out) + "\n")

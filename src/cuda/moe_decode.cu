@@ -601,7 +601,7 @@ constexpr int kThreads90 = 32 * (kDecodeWarps + 2);  // consumers, the weight pr
 
 // Shared-memory layout of one block (host and device agree through this function).
 struct Dec90Smem {
-  int a = 0, cs = 0, z = 0, rs = 0, red = 0, qs = 0, ar = 0, bar = 0, total = 0;
+  int a = 0, cs = 0, z = 0, rs = 0, red = 0, qs = 0, bar = 0, total = 0;
 };
 __host__ __device__ inline Dec90Smem dec90_smem(int stages, int stage_bytes, int max_rows, int krange, int nch,
                                                 int nzch, int red_bufs, int rows) {
@@ -612,8 +612,7 @@ __host__ __device__ inline Dec90Smem dec90_smem(int stages, int stage_bytes, int
   L.rs = L.z + 2 * nzch * 32 * 4;                     // two tiles' zero points
   L.red = L.rs + nch * rows * 4;                      // row scales of the block's tokens
   L.qs = L.red + red_bufs * kDecodeWarps * kNT * (rows / 8) * 4 * 32 * 4;   // cross-warp reduction (1 or 2 items)
-  L.ar = L.qs + rows * 4;                             // GemmParams::q_rows: the rows' scales
-  L.bar = L.ar + rows * 4;                            // the rows' A rows (-1: padding), for the epilogue
+  L.bar = L.qs + rows * 4;                            // GemmParams::q_rows: the rows' scales
   L.total = L.bar + (2 * stages + 5) * 8;             // ring full / empty, scales full / empty x 2, red free
   return L;
 }
@@ -916,10 +915,6 @@ __global__ void __launch_bounds__(kThreads90, dec90_min_blocks<F, MODE, R>())
   // the same value); then every consumer thread quantizes 16-byte chunks of the K range.
   constexpr bool kQRows = F == WFmt::kFP8 && MODE == 3 && R == 8;
   float* sQS = reinterpret_cast<float*>(smem + L.qs);
-  // the M-block's A rows (sid / a_row_div, -1 past the valid rows), staged with the rows and read
-  // by the epilogue: in registers they stayed live through the K loops (ptxas: the int4 16-row
-  // kernel's spills 100 / 152 -> 68 / 128 bytes without them)
-  int* sAR = reinterpret_cast<int*>(smem + L.ar);
   auto stage_rows_q = [&](int mb, int e, int nvalid) {
     using HT = typename Op::OutT;  // h as GEMM1 wrote it
     const int32_t* rows = p.sorted_ids + mb * R;
@@ -983,6 +978,7 @@ __global__ void __launch_bounds__(kThreads90, dec90_min_blocks<F, MODE, R>())
   const bool coarse = per_chunk && !fine;
   int cur_mb = -1, nvalid = 0;
   const int32_t* rows = p.sorted_ids;
+  int tok_arow[NH][2];
   uint32_t xlane[NH];
   // chunks per slab (a slab holds whole chunks): a slab's first chunk without a division
   const int cps = per_chunk ? slab_atoms * KA / p.chunk : 0;
@@ -1001,7 +997,6 @@ __global__ void __launch_bounds__(kThreads90, dec90_min_blocks<F, MODE, R>())
       rows = p.sorted_ids + mb * R;
       const int my_sid = rows[lane & (R - 1)];
       nvalid = __popc(__ballot_sync(0xffffffffu, lane < R && my_sid < p.numel));
-      if (tid < R) sAR[tid] = my_sid < p.numel ? my_sid / p.a_row_div : -1;
       if constexpr (kQRows) {
         if (p.q_rows != 0) stage_rows_q(mb, e, nvalid);
         else stage_rows(mb, e, nvalid);
@@ -1010,6 +1005,11 @@ __global__ void __launch_bounds__(kThreads90, dec90_min_blocks<F, MODE, R>())
       }
 #pragma unroll
       for (int hh = 0; hh < NH; ++hh) {
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int sid = rows[hh * 8 + 2 * t + h];
+          tok_arow[hh][h] = sid < p.numel ? sid / p.a_row_div : -1;
+        }
         // ldmatrix row addresses: lane -> row hh * 8 + (lane & 7) (rows past the valid ones read
         // row 0: their columns are dropped), 8-column group lane >> 3
         const int row = hh * 8 + (lane & 7);
@@ -1212,10 +1212,9 @@ __global__ void __launch_bounds__(kThreads90, dec90_min_blocks<F, MODE, R>())
       __syncwarp();
       if (lane == 0) mbar_arrive(redfree);
 #pragma unroll
-      for (int hh = 0; hh < NH; ++hh) {
-        const int arow[2] = {sAR[hh * 8 + 2 * t], sAR[hh * 8 + 2 * t + 1]};
-        decode_epilogue<Op, F, MODE>(p, e, nb * kNT + warp, split, v[hh], rows + hh * 8, g, t, arow, per_chunk);
-      }
+      for (int hh = 0; hh < NH; ++hh)
+        decode_epilogue<Op, F, MODE>(p, e, nb * kNT + warp, split, v[hh], rows + hh * 8, g, t, tok_arow[hh],
+                                     per_chunk);
     }
     // no barrier here: the next item's sums go to the other buffer or wait for redfree, rows are
     // restaged behind a barrier at an M-block change, and the scale producer refills this item's

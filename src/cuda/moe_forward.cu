@@ -319,7 +319,7 @@ struct ExpertsPlan {
   bool fold = false;
   // W4A8 fp8 on QGMMA (Sm90Gemm::q8): A and h rows as e4m3 codes in the Sm90Gather::kperm order
   bool q8 = false;
-  // the wq kernel's live token columns on 128- / 256-row tiles (Sm90Gemm::live_cols)
+  // the wq kernel's live token columns on 128- / 256-row tiles (Sm90Gemm::live_cols; not Q8)
   bool live_cols = false;
   // fp8 block weight scales by tile half on the Hopper tile kernel (Sm90Gemm::block_slots)
   bool block_slots = false;
@@ -395,7 +395,7 @@ struct ExpertsPlan {
       };
       q8 = op.wq && ex.fmt == WFmt::kU4 && ex.act_quant == ActQuant::kFP8Token && q8_fits(ex.w13) &&
            q8_fits(ex.w2) && w4a8_qgmma_on();
-      live_cols = op.wq && bm >= 128 && wq_live_cols_on();
+      live_cols = op.wq && bm >= 128 && !q8 && wq_live_cols_on();
       block_slots = op.bytes && ex.fmt == WFmt::kFP8 && fp8_block_slots_on();
       wide_store = wide_store_on();
       if (!stream && !op.wq && !op.quant() && !weight_on_input && ex.hidden % 8 == 0)

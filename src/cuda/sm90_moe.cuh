@@ -42,8 +42,10 @@ struct Sm90Gemm {
   // holds a little more or less than half a tile); 0: the first half where at most half is live
   // (half_tail), else all. Bit-identical either way by construction. On by default since the
   // fifty-first session's H100 A/B (docs/gpu_logs/2026-12-07_s51: 1.031x geomean, up to 1.16x at
-  // M = 4096); QMOE_CUDA_WQ_LIVE_COLS=0 turns it off. The same kernels either way (one K-loop copy
-  // per count of token columns): 0 only counts whole / half tiles.
+  // M = 4096); QMOE_CUDA_WQ_LIVE_COLS=0 turns it off. Its own kernels (sm90_moe_wq_kernel's LIVE), so
+  // that the whole / half-tile ones keep their register allocation; now that those run only under
+  // the switch, docs/gpu_logs/2026-12-08_s52/decode_smem_and_wq_q8_live_not_run.patch folds them into one
+  // (and adds Q8), waiting for a GPU run.
   int live_cols = 0;
   // 1: a weight box that ends past N's rows (the last of N when np is not a multiple of 256, e.g.
   // gpt-oss-120b's N = 2880 / 5760) is loaded only as far as it holds rows: the streaming kernel

@@ -1204,15 +1204,12 @@ __device__ __forceinline__ void dq_u4_word_f16(uint32_t w, const uint32_t (&zs)[
     o[2 * h + 1] = *reinterpret_cast<const uint32_t*>(&r);
   }
 }
-// the first NU of the TN token columns (NU = TN: all of them; TN / 2: a half tile; LIVE: 32 .. 128)
-template <int TN, int NU>
+template <int TN, bool HALF = false>
 __device__ __forceinline__ void wgmma_ra_q8(float (&d)[TN / 2], const uint32_t (&a)[4], uint64_t db, int scale_d) {
-  static_assert(TN == 128 || (TN == 64 && NU % 32 == 0), "Q8: 128- or 64-row token tiles");
-  if constexpr (TN == 128 && NU == 128) wgmma_ra_n128_e4m3(d, a, db, scale_d);
-  else if constexpr (TN == 128 && NU == 96) wgmma_ra_n96_of128_e4m3(d, a, db, scale_d);
-  else if constexpr (TN == 128 && NU == 64) wgmma_ra_n64_of128_e4m3(d, a, db, scale_d);
-  else if constexpr (TN == 128 && NU == 32) wgmma_ra_n32_of128_e4m3(d, a, db, scale_d);
-  else if constexpr (NU == 64) wgmma_ra_n64_e4m3(d, a, db, scale_d);
+  static_assert(TN == 128 || TN == 64, "Q8: 128- or 64-row token tiles");
+  if constexpr (TN == 128 && !HALF) wgmma_ra_n128_e4m3(d, a, db, scale_d);
+  else if constexpr (TN == 128) wgmma_ra_n64_of128_e4m3(d, a, db, scale_d);
+  else if constexpr (!HALF) wgmma_ra_n64_e4m3(d, a, db, scale_d);
   else wgmma_ra_n32_of64_e4m3(d, a, db, scale_d);
 }
 
@@ -1225,7 +1222,9 @@ __device__ __forceinline__ void with_cols(int nu, F&& f) {
   else with_cols<TN, N + 32>(nu, f);
 }
 
-template <class Op, WFmt F, int SC, int TN, bool Q8 = false>
+// LIVE: the M-block's live token columns by 32 (Sm90Gemm::live_cols), a kernel of its own, so that the
+// default one keeps the register allocation of its two column counts (whole, half)
+template <class Op, WFmt F, int SC, int TN, bool Q8 = false, bool LIVE = false>
 __global__ void __launch_bounds__(384, wq_ctas<F, TN, SC>())
     sm90_moe_wq_kernel(const __grid_constant__ CUtensorMap tma_x, const Sm90Gemm p) {
 #if QMOE_SM90A
@@ -1234,8 +1233,7 @@ __global__ void __launch_bounds__(384, wq_ctas<F, TN, SC>())
   static_assert(!FOLD || F == WFmt::kU4, "folded group scales: int4 atoms");
   static_assert(!Q8 || (F == WFmt::kU4 && !FOLD && wq_ctas<F, TN, SC>() == 1),
                 "Q8: int4 atoms, group or channel scales, one CTA per SM (the interleaved loop)");
-  // 128- / 256-row tiles: one copy of the K loop per count of token columns, 32 .. TN (Sm90Gemm::live_cols)
-  constexpr bool LIVE = TN >= kBM;
+  static_assert(!LIVE || (TN >= kBM && !Q8), "live token columns: 128- / 256-row tiles, not Q8");
   static_assert(TN != 256 || (wq_tn256<F, SC>() && !Q8),
                 "256-row token tiles: int4 / int8 / fp8 atoms or fp4 units accumulating straight into acc (no second accumulator set)");
   // the zero-point magic and the exact (u - z) pairs: fp16 for Q8 (converted to e4m3 from there)
@@ -1344,13 +1342,12 @@ __global__ void __launch_bounds__(384, wq_ctas<F, TN, SC>())
     // session, r8: MXFP4 up to 1.08x, NVFP4A16 0.97-1.05x), so every tile takes it.
     // (a vote, for the same reason as the tile's: mb is uniform but comes from shared memory)
     // The token columns to multiply, nu (warp-uniform: votes, as above): TN, or TN / 2 where at most
-    // half the rows are live (half_tail); p.live_cols (128- / 256-row tiles): the live rows rounded up
-    // to 32 (lane c's vote: row 32 c live; align puts an expert's padding after its rows), as wgmma
-    // n32 .. n256 over the first nu columns, the rest of acc staying zero (padding positions).
-    const int nu = LIVE && p.live_cols
-                       ? 32 * __popc(__ballot_sync(0xffffffffu, lane < TN / 32 && p.sorted_ids[mb * TN + 32 * lane] < p.numel))
-                   : __all_sync(0xffffffffu, p.half_tail && p.sorted_ids[mb * TN + TN / 2] >= p.numel) ? TN / 2
-                                                                                                    : TN;
+    // half the rows are live (half_tail); LIVE: the live rows rounded up to 32 (lane c's vote: row 32 c
+    // live; align puts an expert's padding after its rows), as wgmma n32 .. n256 over the first nu
+    // columns, the rest of acc staying zero (padding positions).
+    const int nu = LIVE ? 32 * __popc(__ballot_sync(0xffffffffu, lane < TN / 32 && p.sorted_ids[mb * TN + 32 * lane] < p.numel))
+                 : __all_sync(0xffffffffu, p.half_tail && p.sorted_ids[mb * TN + TN / 2] >= p.numel) ? TN / 2
+                                                                                                  : TN;
     const bool half = nu <= TN / 2;
     const int tile16 = nb * 8 + cw * 4 + warp;  // this warp's n16 tile of prepared rows
     // this thread's two weight rows (prepared order): tile16 * 16 + h * 8 + lane / 4
@@ -1552,6 +1549,7 @@ __global__ void __launch_bounds__(384, wq_ctas<F, TN, SC>())
     const auto stage_mma = [&](auto cols_tag, const uint8_t* x_st, const uint8_t* w_st, const Raw& rpre, int kb,
                                int sd0) {
       constexpr int NU = decltype(cols_tag)::value;  // token columns multiplied
+      constexpr bool H = NU < TN;                     // Q8: NU is TN / 2 or TN
       const uint64_t d0 = smem_desc(x_st);
       Raw r;  // without the prefetch: all of the stage's shared-memory loads first
       if constexpr (kPrefetch) {
@@ -1567,7 +1565,7 @@ __global__ void __launch_bounds__(384, wq_ctas<F, TN, SC>())
           convert_q8(r, t, aq[t]);
           wgmma_fence();
           const uint64_t db = d0 + static_cast<uint64_t>((t * 32) >> 4);
-          wgmma_ra_q8<TN, NU>(tmp, aq[t], db, t == 0 ? sd0 : 1);  // promoted after the stage
+          wgmma_ra_q8<TN, H>(tmp, aq[t], db, t == 0 ? sd0 : 1);  // promoted after the stage
         }
         return;
       }
@@ -1607,12 +1605,11 @@ __global__ void __launch_bounds__(384, wq_ctas<F, TN, SC>())
 #pragma unroll
       for (int u = 0; u < RAWN; ++u) load_unit(sW + s * C::W_ST + wtile, u, rw);
     }
-    // The K loop. LIVE (128- / 256-row tiles): one copy per column count (a branch per stage among the
-    // 256-row tile's eight made ptxas serialize their wgmmas for want of registers, C7511); 32- / 64-row
-    // tiles: one loop that picks the whole or the half tile per stage
+    // The K loop. LIVE: one copy per column count (a branch per stage among the 256-row tile's eight
+    // made ptxas serialize their wgmmas for want of registers, C7511); otherwise one loop that picks the
+    // whole or the half tile per stage, as before the LIVE kernels (one copy each spilled 184 / 176
+    // bytes in the fp4 256-row kernels, against 128 / 156)
     const auto k_loop = [&](auto cols_tag) {
-      // the n8 column groups a promotion adds (LIVE: the multiplied ones; the others are padding)
-      constexpr int NJP = decltype(cols_tag)::value / 8;
       for (int kb = 0; kb < nk; ++kb) {
         if constexpr (!kPrefetch) mbar_wait(&full[s], ph);
         const uint8_t* x_st = sX + s * C::X_ST;
@@ -1652,7 +1649,7 @@ __global__ void __launch_bounds__(384, wq_ctas<F, TN, SC>())
           if constexpr (grouped) {
             if constexpr (!FOLD) {
 #pragma unroll
-              for (int j = 0; j < NJP; ++j) {
+              for (int j = 0; j < NJ; ++j) {
                 acc[j * 4 + 0] += tmp[j * 4 + 0] * sc[0];
                 acc[j * 4 + 1] += tmp[j * 4 + 1] * sc[0];
                 acc[j * 4 + 2] += tmp[j * 4 + 2] * sc[1];
@@ -1665,7 +1662,7 @@ __global__ void __launch_bounds__(384, wq_ctas<F, TN, SC>())
             if (p.zero != nullptr && kb + 1 < nk) set_zero(zn[0], zn[1]);
           } else if constexpr (Q8) {
 #pragma unroll
-            for (int i = 0; i < 4 * NJP; ++i) acc[i] += tmp[i];
+            for (int i = 0; i < TN / 2; ++i) acc[i] += tmp[i];
           }
           ic = 0;
           ++g;
@@ -1673,7 +1670,7 @@ __global__ void __launch_bounds__(384, wq_ctas<F, TN, SC>())
       }
     };
     if constexpr (LIVE) with_cols<TN>(nu, k_loop);
-    else k_loop(std::integral_constant<int, TN>{});  // (half or whole per stage; promotions over all TN)
+    else k_loop(std::integral_constant<int, TN>{});  // (the tag unused: half or whole per stage)
     if (p.row_scale != nullptr) named_bar_sync(1, 256);  // the staged activation scales
     if constexpr (FP4) {
       // (row scale x global scale) x 2^-c, as moe_gemm_fp4.cu; the row scale (W4A4: 1 / G) by position
@@ -2097,10 +2094,10 @@ void launch_stream(const Sm90Gemm& p, cudaStream_t s) {
   QMOE_CUDA_LAUNCH_OK();
 }
 
-template <class Op, WFmt F, int SC, int TN, bool Q8 = false>
+template <class Op, WFmt F, int SC, int TN, bool Q8 = false, bool LIVE = false>
 void launch_wq_tn(const Sm90Gemm& p, cudaStream_t s) {
   using C = WqCfg<F, TN, SC, Q8>;
-  auto kern = sm90_moe_wq_kernel<Op, F, SC, TN, Q8>;
+  auto kern = sm90_moe_wq_kernel<Op, F, SC, TN, Q8, LIVE>;
   static std::once_flag once;
   std::call_once(once, [&] { QMOE_CUDA_OK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM)); });
   // Q8: e4m3 code rows, permuted within each 16 columns, so a row's last 16 columns may hold codes
@@ -2117,16 +2114,19 @@ void launch_wq(const Sm90Gemm& p, cudaStream_t s) {
     if (p.q8) {
       QMOE_CHECK(sm90_wq_q8_supports(p.block, SC == kScChannel), kInternal, "sm90 wq GEMM: Q8 with M-blocks of ",
                  p.block, " rows", SC == kScChannel ? " and channel scales" : "");
-      if constexpr (SC != kScChannel) {
-        if (p.block == 64) return launch_wq_tn<Op, F, SC, 64, true>(p, s);
-      }
-      launch_wq_tn<Op, F, SC, kBM, true>(p, s);
+      if constexpr (SC == kScChannel) launch_wq_tn<Op, F, SC, kBM, true>(p, s);
+      else p.block == 64 ? launch_wq_tn<Op, F, SC, 64, true>(p, s) : launch_wq_tn<Op, F, SC, kBM, true>(p, s);
       return;
     }
   }
   QMOE_CHECK(!p.q8, kInternal, "sm90 wq GEMM: Q8 is for int4 atoms with group or channel scales");
+  const auto wide = [&](auto tn) {  // 128- / 256-row tiles: the LIVE kernel where p.live_cols
+    constexpr int TN = decltype(tn)::value;
+    if (p.live_cols) launch_wq_tn<Op, F, SC, TN, false, true>(p, s);
+    else launch_wq_tn<Op, F, SC, TN>(p, s);
+  };
   if (p.block == 256) {
-    if constexpr (wq_tn256<F, SC>()) launch_wq_tn<Op, F, SC, 256>(p, s);
+    if constexpr (wq_tn256<F, SC>()) wide(std::integral_constant<int, 256>{});
     else
       QMOE_CHECK(false, kInternal,
                  "sm90 wq GEMM: 256-row M-blocks are for fp4, int4 with channel or folded scales, or int8 / fp8 with channel scales");
@@ -2134,7 +2134,7 @@ void launch_wq(const Sm90Gemm& p, cudaStream_t s) {
   }
   if (p.block == 32) launch_wq_tn<Op, F, SC, 32>(p, s);
   else if (p.block == 64) launch_wq_tn<Op, F, SC, 64>(p, s);
-  else launch_wq_tn<Op, F, SC, kBM>(p, s);
+  else wide(std::integral_constant<int, kBM>{});
 }
 
 bool env_off() {

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# NOT RUN (session 52: six tries got no machine, then none was lent for the rest of the session).
 # session 52, call 1: the pack with both of s51's unrun patches applied: s49's decode A rows in shared
 # memory, and s51's W4A8 fp8 live columns with one wq kernel per tile (QMOE_CUDA_WQ_LIVE_COLS=0 counting
 # whole / half tiles only, in the same kernel).
@@ -8,7 +9,10 @@
 # columns: default (32 / 64-row tiles there) against QMOE_CUDA_WQ_TN=128, int4 / MXFP4 at M = 256 / 1024;
 # (d) the anchor rows of every scheme at M = 1 .. 4096, most wanted first, in what is left of 570 s.
 # LIM (default 575) is the call's seconds: the later steps start only while there is time for them.
-# The pack: scripts/pack_gpu_build.sh build build-gpu-carry; run with carry ["build-gpu-carry"].
+# The pack, from a build of main with docs/gpu_logs/2026-12-08_s52/decode_smem_and_wq_q8_live_not_run.patch
+# applied (git apply; both patches in one, refreshed for main):
+#   ninja -C build && scripts/pack_gpu_build.sh build build-gpu-carry
+# then run it with carry ["build-gpu-carry"]; land the patch where (a) passes.
 source scripts/gpu_run_lib.sh
 LIM=${LIM:-575}
 gpu_run_begin build-gpu-carry r1

@@ -1,18 +1,22 @@
 #!/usr/bin/env bash
 # NOT RUN (session 52: six tries got no machine, then none was lent for the rest of the session).
-# session 52, call 1: the pack with both of s51's unrun patches applied: s49's decode A rows in shared
-# memory, and s51's W4A8 fp8 live columns with one wq kernel per tile (QMOE_CUDA_WQ_LIVE_COLS=0 counting
-# whole / half tiles only, in the same kernel).
-# (a) the GPU suite (incl. CudaSm90.LiveTokenColumns with the W4A8 cases); (b) A/B of live_cols on
-# W4A8 fp8 in one binary (QMOE_CUDA_WQ_LIVE_COLS=0 / 1), M = 256 / 1024 / 4096, every shape, alternated;
-# (c) A/B of the wq token tile at 32-64 rows per expert now that 128-row tiles multiply only their live
-# columns: default (32 / 64-row tiles there) against QMOE_CUDA_WQ_TN=128, int4 / MXFP4 at M = 256 / 1024;
-# (d) the anchor rows of every scheme at M = 1 .. 4096, most wanted first, in what is left of 570 s.
+# session 52, call 1: the pack of main with both patches of this folder applied, in this order:
+#   decode_smem_and_wq_q8_live_not_run.patch  s49's decode A rows in shared memory, and s51's W4A8 fp8
+#                                             live columns with one wq kernel per tile
+#   wq64_live16_not_run.patch                 live columns on 64-row tiles too, by 16 (wgmma n16 / n48 /
+#                                             n32 / n64; Q8's 64-row tiles keep whole / half)
+#   git apply docs/gpu_logs/2026-12-08_s52/decode_smem_and_wq_q8_live_not_run.patch
+#   git apply docs/gpu_logs/2026-12-08_s52/wq64_live16_not_run.patch
+#   ninja -C build && scripts/pack_gpu_build.sh build build-gpu-carry      # then carry ["build-gpu-carry"]
+# (a) the GPU suite (CudaSm90.LiveTokenColumns: 256- / 128- / 64-row tiles, W4A8 fp8 on 128); land the
+#     first patch where it passes, the second where LiveTokenColumns' 64-row cases pass too;
+# (b) A/B of live_cols in one binary (QMOE_CUDA_WQ_LIVE_COLS=0 / 1), alternated: W4A8 fp8 at M = 256 /
+#     1024 / 4096 (the first patch), int4 / MXFP4 / NVFP4A16 at M = 256 / 1024 (the 64-row tiles of
+#     the second: deepseek-v3 / gpt-oss-120b / qwen3-30b-a3b M = 1024 ...);
+# (c) A/B of the wq token tile at 32-64 rows per expert now that wider tiles multiply only their live
+#     columns: the rule (32 / 64-row tiles there) against QMOE_CUDA_WQ_TN=128, int4 / MXFP4, M = 256 / 1024;
+# (d) the anchor rows of every scheme at M = 1 .. 4096, most wanted first.
 # LIM (default 575) is the call's seconds: the later steps start only while there is time for them.
-# The pack, from a build of main with docs/gpu_logs/2026-12-08_s52/decode_smem_and_wq_q8_live_not_run.patch
-# applied (git apply; both patches in one, refreshed for main):
-#   ninja -C build && scripts/pack_gpu_build.sh build build-gpu-carry
-# then run it with carry ["build-gpu-carry"]; land the patch where (a) passes.
 source scripts/gpu_run_lib.sh
 LIM=${LIM:-575}
 gpu_run_begin build-gpu-carry r1
@@ -21,18 +25,17 @@ grep -E "FAILED|passed|failed|rc " $W/gpu_tests.log | tail -8
 pack
 for rep in 1 2; do
   for lc in 0 1; do
-    [ $(el) -lt $((LIM - 215)) ] || break 2
+    [ $(el) -lt $((LIM - 200)) ] || break 2
     QMOE_CUDA_WQ_LIVE_COLS=$lc timeout 45 $B/qmoe bench --backend cuda --shape all --m 256,1024,4096 --scheme w4a8-fp8 --json $W/q8lc${lc}_$rep.json > $W/q8lc${lc}_$rep.md 2>>$W/lc.err; echo "q8 lc $lc rep $rep rc $? $(el)"
+    QMOE_CUDA_WQ_LIVE_COLS=$lc timeout 60 $B/qmoe bench --backend cuda --shape all --m 256,1024 --scheme int4,mxfp4,nvfp4a16 --json $W/lc${lc}_$rep.json > $W/lc${lc}_$rep.md 2>>$W/lc.err; echo "lc $lc rep $rep rc $? $(el)"
   done
   pack
 done
-for rep in 1 2; do
-  for tn in 0 128; do
-    [ $(el) -lt $((LIM - 155)) ] || break 2
-    QMOE_CUDA_WQ_TN=$tn timeout 40 $B/qmoe bench --backend cuda --shape all --m 256,1024 --scheme int4,mxfp4 --json $W/tn${tn}_$rep.json > $W/tn${tn}_$rep.md 2>>$W/tn.err; echo "tn $tn rep $rep rc $? $(el)"
-  done
-  pack
+for tn in 0 128; do
+  [ $(el) -lt $((LIM - 120)) ] || break
+  QMOE_CUDA_WQ_TN=$tn timeout 40 $B/qmoe bench --backend cuda --shape all --m 256,1024 --scheme int4,mxfp4 --json $W/tn${tn}.json > $W/tn${tn}.md 2>>$W/tn.err; echo "tn $tn rc $? $(el)"
 done
+pack
 for sc in int4 w4a8-fp8 mxfp4 nvfp4a16 fp8 bf16 w8a8-int8 nvfp4 w4a8-int8 int8; do
   [ $(el) -lt $((LIM - 45)) ] || break
   timeout $((LIM - $(el))) $B/qmoe bench --backend cuda --shape all --m 1,16,64,256,1024,4096 --scheme $sc --json $W/anch_$sc.json > $W/anch_$sc.md 2>>$W/anch.err; echo "anchors $sc rc $? $(el)"

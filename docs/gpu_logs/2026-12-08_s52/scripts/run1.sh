@@ -4,15 +4,16 @@
 #   decode_smem_and_wq_q8_live_not_run.patch  s49's decode A rows in shared memory, and s51's W4A8 fp8
 #                                             live columns with one wq kernel per tile
 #   wq64_live16_not_run.patch                 live columns on 64-row tiles too, by 16 (wgmma n16 / n48 /
-#                                             n32 / n64; Q8's 64-row tiles keep whole / half)
+#                                             n32 / n64; W4A8 fp8's Q8 64-row tiles too, QGMMA k32)
 #   git apply docs/gpu_logs/2026-12-08_s52/decode_smem_and_wq_q8_live_not_run.patch
 #   git apply docs/gpu_logs/2026-12-08_s52/wq64_live16_not_run.patch
 #   ninja -C build && scripts/pack_gpu_build.sh build build-gpu-carry      # then carry ["build-gpu-carry"]
-# (a) the GPU suite (CudaSm90.LiveTokenColumns: 256- / 128- / 64-row tiles, W4A8 fp8 on 128); land the
+# (a) the GPU suite (CudaSm90.LiveTokenColumns: 256- / 128- / 64-row tiles, W4A8 fp8 on 128 / 64); land the
 #     first patch where it passes, the second where LiveTokenColumns' 64-row cases pass too;
 # (b) A/B of live_cols in one binary (QMOE_CUDA_WQ_LIVE_COLS=0 / 1), alternated: W4A8 fp8 at M = 256 /
-#     1024 / 4096 (the first patch), int4 / MXFP4 / NVFP4A16 at M = 256 / 1024 (the 64-row tiles of
-#     the second: deepseek-v3 / gpt-oss-120b / qwen3-30b-a3b M = 1024 ...);
+#     1024 / 4096 (both patches: deepseek-v3 / gpt-oss-120b M = 1024 run its 64-row tiles), int4 / MXFP4
+#     / NVFP4A16 at M = 256 / 1024 (the 64-row tiles of the second: deepseek-v3 / gpt-oss-120b /
+#     qwen3-30b-a3b M = 1024 ...);
 # (c) A/B of the wq token tile at 32-64 rows per expert now that wider tiles multiply only their live
 #     columns: the rule (32 / 64-row tiles there) against QMOE_CUDA_WQ_TN=128, int4 / MXFP4, M = 256 / 1024;
 # (d) the anchor rows of every scheme at M = 1 .. 4096, most wanted first.

@@ -6,6 +6,8 @@
 #                                 W=$OUT/NAME, writes W/gpu.txt (card, clocks, power limit) and starts the
 #                                 clock that `el` reads (seconds since); `pack` tars W into $OUT/NAME.tgz, so
 #                                 what a call leaves comes back even when its time runs out
+#   gpu_run_suite SECONDS         the GPU suite (scripts/gpu_tests.sh: info, tests, C ABI, Python) on B into
+#                                 W/gpu_tests.log within SECONDS, its summary lines printed, then `pack`
 qmoe_cublas_path() {
   local d
   for d in /usr/local/cuda/lib64 $(python3 -c 'import nvidia, os; print(" ".join(os.path.join(p, "cu13", "lib") for p in nvidia.__path__))' 2>/dev/null); do
@@ -26,3 +28,9 @@ gpu_run_begin() {
 }
 el() { echo $(( $(date +%s) - GPU_RUN_T0 )); }
 pack() { (cd "$OUT" && tar czf "$GPU_RUN_NAME.tgz" "$GPU_RUN_NAME"); }
+gpu_run_suite() {
+  OUT=$W QMOE_GPU_PHASES="info tests capi python" timeout "$1" bash scripts/gpu_tests.sh "$B" "$W/gpu_tests.log" > "$W/gpu_tests.stdout" 2>&1
+  echo "suite rc $? $(el)"
+  grep -E "FAILED|passed|failed|rc " "$W/gpu_tests.log" | tail -8
+  pack
+}

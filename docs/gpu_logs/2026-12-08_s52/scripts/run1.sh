@@ -21,9 +21,7 @@
 source scripts/gpu_run_lib.sh
 LIM=${LIM:-575}
 gpu_run_begin build-gpu-carry r1
-OUT=$W QMOE_GPU_PHASES="info tests capi python" timeout 260 bash scripts/gpu_tests.sh $B $W/gpu_tests.log > $W/gpu_tests.stdout 2>&1; echo "suite rc $? $(el)"
-grep -E "FAILED|passed|failed|rc " $W/gpu_tests.log | tail -8
-pack
+gpu_run_suite 260
 for rep in 1 2; do
   for lc in 0 1; do
     [ $(el) -lt $((LIM - 200)) ] || break 2
